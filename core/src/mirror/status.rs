@@ -1,0 +1,245 @@
+//! What the mirror reports: phase, watermark, lag, counters and conditions, named as in the
+//! EtcdMirror status so `/statusz` and the custom resource read the same.
+
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The mirror's lifecycle phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Connecting,
+    InitialSync,
+    Syncing,
+    Draining,
+    Drained,
+    Degraded,
+    Paused,
+    Failed,
+}
+
+/// The frozen condition vocabulary of the EtcdMirror API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ConditionType {
+    Available,
+    SourceReachable,
+    TargetReachable,
+    TargetThrottled,
+    TargetQuotaExhausted,
+    InitialSyncComplete,
+    Compacted,
+    ResyncLoopDetected,
+    ReplicationLagExceeded,
+    DriftDetected,
+    EmptyTargetViolation,
+    CutoverReady,
+    InvariantsHeld,
+    LearnerEndpoint,
+    PrefixConflict,
+    DirectionConflict,
+    RevisionSplit,
+}
+
+impl ConditionType {
+    /// Every condition type, in a fixed order.
+    pub const ALL: [ConditionType; 17] = [
+        ConditionType::Available,
+        ConditionType::SourceReachable,
+        ConditionType::TargetReachable,
+        ConditionType::TargetThrottled,
+        ConditionType::TargetQuotaExhausted,
+        ConditionType::InitialSyncComplete,
+        ConditionType::Compacted,
+        ConditionType::ResyncLoopDetected,
+        ConditionType::ReplicationLagExceeded,
+        ConditionType::DriftDetected,
+        ConditionType::EmptyTargetViolation,
+        ConditionType::CutoverReady,
+        ConditionType::InvariantsHeld,
+        ConditionType::LearnerEndpoint,
+        ConditionType::PrefixConflict,
+        ConditionType::DirectionConflict,
+        ConditionType::RevisionSplit,
+    ];
+
+    /// The API name ("TargetQuotaExhausted").
+    pub fn name(self) -> &'static str {
+        match self {
+            ConditionType::Available => "Available",
+            ConditionType::SourceReachable => "SourceReachable",
+            ConditionType::TargetReachable => "TargetReachable",
+            ConditionType::TargetThrottled => "TargetThrottled",
+            ConditionType::TargetQuotaExhausted => "TargetQuotaExhausted",
+            ConditionType::InitialSyncComplete => "InitialSyncComplete",
+            ConditionType::Compacted => "Compacted",
+            ConditionType::ResyncLoopDetected => "ResyncLoopDetected",
+            ConditionType::ReplicationLagExceeded => "ReplicationLagExceeded",
+            ConditionType::DriftDetected => "DriftDetected",
+            ConditionType::EmptyTargetViolation => "EmptyTargetViolation",
+            ConditionType::CutoverReady => "CutoverReady",
+            ConditionType::InvariantsHeld => "InvariantsHeld",
+            ConditionType::LearnerEndpoint => "LearnerEndpoint",
+            ConditionType::PrefixConflict => "PrefixConflict",
+            ConditionType::DirectionConflict => "DirectionConflict",
+            ConditionType::RevisionSplit => "RevisionSplit",
+        }
+    }
+}
+
+/// One condition, Kubernetes style.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: ConditionType,
+    /// true = "True".
+    pub status: bool,
+    pub reason: String,
+    pub message: String,
+    /// Core time of the last status flip.
+    pub last_transition_time: Instant,
+}
+
+/// Key counts from a counts-producing pass (genesis sweep, reconciliation, drain verify).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    pub source_key_count: u64,
+    pub target_key_count: u64,
+    pub missing: u64,
+    pub divergent: u64,
+    pub orphan: u64,
+    pub repaired: u64,
+}
+
+/// The cut-over record published when a drain completes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cutover {
+    pub drain_target_revision: i64,
+    pub drained_revision: i64,
+    pub verified_time: Instant,
+    pub counts: Counts,
+    pub leased_key_count: u64,
+}
+
+/// Which retry curve the mirror is waiting on, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackoffState {
+    /// "transient", "throttled" or "quota".
+    pub kind: String,
+    pub attempt: u32,
+    pub until: Instant,
+}
+
+/// The mirror's published status.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub phase: Phase,
+    /// The watermark: the source revision the target is known to reflect.
+    pub last_applied_revision: i64,
+    /// Highest source revision observed (watch headers, progress, reads).
+    pub source_revision: i64,
+    pub lag_revisions: i64,
+    pub lag_seconds: f64,
+    pub link: String,
+    pub epoch: u64,
+    pub holder: String,
+    pub role: String,
+    pub source_version: String,
+    pub target_version: String,
+    pub source_cluster_id: u64,
+    pub target_cluster_id: u64,
+    /// Whether progress notifications from this source are trusted (version floor).
+    pub progress_trusted: bool,
+    /// Estimated keys to copy in the current genesis.
+    pub initial_sync_total_key_count: u64,
+    /// Keys copied so far in the current genesis.
+    pub initial_sync_copied_key_count: u64,
+    pub applied_txns: u64,
+    pub applied_ops: u64,
+    pub applied_bytes: u64,
+    pub pruned_keys: u64,
+    pub forced_resync_count: u64,
+    pub scan_restart_count: u64,
+    pub split_revision_count: u64,
+    pub lease_backed_key_count: u64,
+    pub last_error: Option<String>,
+    pub backoff: Option<BackoffState>,
+    pub last_counts: Option<Counts>,
+    pub last_reconcile_time: Option<Instant>,
+    pub last_drift: Option<Counts>,
+    pub cutover: Option<Cutover>,
+    pub conditions: BTreeMap<ConditionType, Condition>,
+}
+
+impl Status {
+    /// Sets a condition, keeping `lastTransitionTime` when the status does not flip.
+    pub fn set_condition(
+        &mut self,
+        now: Instant,
+        type_: ConditionType,
+        status: bool,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
+        let message = message.into();
+        let last = match self.conditions.get(&type_) {
+            Some(c) if c.status == status => c.last_transition_time,
+            _ => now,
+        };
+        self.conditions.insert(
+            type_,
+            Condition {
+                type_,
+                status,
+                reason: reason.into(),
+                message,
+                last_transition_time: last,
+            },
+        );
+    }
+
+    /// Whether a condition is currently True.
+    pub fn condition(&self, type_: ConditionType) -> bool {
+        self.conditions.get(&type_).is_some_and(|c| c.status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_on_flip() {
+        let mut s = Status::default();
+        s.set_condition(Instant(1), ConditionType::Available, true, "Up", "");
+        s.set_condition(Instant(5), ConditionType::Available, true, "Up", "again");
+        assert_eq!(
+            s.conditions[&ConditionType::Available].last_transition_time,
+            Instant(1)
+        );
+        s.set_condition(Instant(9), ConditionType::Available, false, "Down", "");
+        assert_eq!(
+            s.conditions[&ConditionType::Available].last_transition_time,
+            Instant(9)
+        );
+        assert!(!s.condition(ConditionType::Available));
+    }
+
+    #[test]
+    fn status_json_uses_api_names() {
+        let s = Status {
+            last_applied_revision: 7,
+            ..Default::default()
+        };
+        let j = serde_json::to_value(&s).unwrap();
+        assert_eq!(j["lastAppliedRevision"], 7);
+        assert!(j.get("sourceRevision").is_some());
+        assert_eq!(ConditionType::ALL.len(), 17);
+    }
+}

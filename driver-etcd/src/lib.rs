@@ -1,0 +1,1 @@
+//! tidemark-etcd (under construction).

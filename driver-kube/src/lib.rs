@@ -1,0 +1,1 @@
+//! tidemark-kube (under construction).

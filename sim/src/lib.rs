@@ -1,0 +1,1 @@
+//! tidemark-sim (under construction).
