@@ -9,6 +9,7 @@ pub mod classify;
 pub mod config;
 pub mod duration;
 pub mod etcd;
+pub mod inventory;
 pub mod mirror;
 pub mod rng;
 pub mod time;

@@ -1,0 +1,1 @@
+//! Inventory snapshots for Eno Compositions (issue K1). Being built.

@@ -1,0 +1,1 @@
+//! tidemark-runtime (under construction).
