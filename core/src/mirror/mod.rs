@@ -1,7 +1,13 @@
 //! The mirror: continuous, fenced, one-way replication of a source key range.
 
+pub mod backoff;
+pub mod batcher;
+pub mod checkpoint;
 pub mod io;
+pub mod keys;
 pub mod status;
 
+pub use checkpoint::{Checkpoint, Role};
 pub use io::{CommandId, Control, FailKind, Input, Output, StopReason};
+pub use keys::KeySpace;
 pub use status::{Condition, ConditionType, Counts, Cutover, Phase, Status};
