@@ -10,6 +10,58 @@
 //! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, `/statusz` and `POST /v1/<control>`.
 //! - [`signals`]: SIGTERM/SIGINT as a future; a second signal forces exit.
 //! - [`progress`]: a TTY-aware progress line (or periodic log lines) for long operations.
+//!
+//! A binary's `main`, in outline:
+//!
+//! ```no_run
+//! use clap::Parser;
+//! use serde_json::json;
+//! use tidemark_runtime::{logging, Admin, AdminArgs, LogFormat, Shutdown};
+//!
+//! #[derive(Parser)]
+//! struct Cli {
+//!     #[arg(long, value_enum, default_value_t = LogFormat::Plain)]
+//!     log_format: LogFormat,
+//!     #[command(flatten)]
+//!     admin: AdminArgs,
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let cli = Cli::parse();
+//!     logging::init(cli.log_format, "info")?;
+//!     let shutdown = Shutdown::install()?;
+//!
+//!     let mut admin = Admin::new("tidemark-mirror", env!("CARGO_PKG_VERSION"));
+//!     let handle = admin.handle();
+//!     let lag = prometheus_client::metrics::gauge::Gauge::<i64>::default();
+//!     handle.with_registry(|r| r.register("tidemark_mirror_lag_revisions", "Lag", lag.clone()));
+//!     let mut drain = admin.control("drain", 4);
+//!     let server = admin.serve(&cli.admin.config()).await?;
+//!
+//!     handle.set_ready();
+//!     let stop = shutdown.recv();
+//!     tokio::pin!(stop);
+//!     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+//!     loop {
+//!         tokio::select! {
+//!             signal = &mut stop => {
+//!                 tracing::info!(%signal, "stopping");
+//!                 break;
+//!             }
+//!             Some(req) = drain.recv() => req.accept(json!({"draining": true})),
+//!             _ = tick.tick() => {
+//!                 handle.heartbeat();
+//!                 lag.set(0);
+//!                 handle.set_status(json!({"phase": "Syncing"}));
+//!             }
+//!         }
+//!     }
+//!     handle.set_not_ready("shutting down");
+//!     server.shutdown().await?;
+//!     Ok(())
+//! }
+//! ```
 
 pub mod admin;
 pub mod logging;
@@ -21,4 +73,4 @@ pub use admin::{
 };
 pub use logging::{LogFormat, LoggingError};
 pub use progress::Progress;
-pub use signals::{Shutdown, ShutdownSignal};
+pub use signals::{shutdown_signal, Shutdown, ShutdownSignal};
