@@ -1,0 +1,449 @@
+//! Selection: which snapshot of a lineage, if any, recovery may trust.
+//!
+//! Rules (DESIGN.md "Selection and tombstones"): group the lineage's live Secrets by
+//! synthesis UUID; only the newest group by `synthesized` is a candidate, and it is selected
+//! only if complete and consistent. Anything doubtful about the newest group is
+//! [`Selection::Invalid`] — never a fallback to older history, since an older snapshot
+//! would tombstone things a newer, lost synthesis may have re-added. Older groups are ignored
+//! (they are leftovers of replacements), except that an unparseable timestamp anywhere makes
+//! the order, and so the outcome, unknown. The result never depends on input order.
+
+use super::chunk::{decode_chunk, secret_name, DEFAULT_CHUNK_LIMIT};
+use super::entry::{Entry, ResourceId};
+use super::secret::{chunk_sha256, snapshot_sha256, Secret};
+use super::timestamp::Timestamp;
+use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// Most chunks a snapshot may claim (a 10 GiB inventory is not an inventory of identities);
+/// bounds the work a hand-edited count can cause.
+pub const MAX_CHUNK_COUNT: usize = 10_000;
+
+/// Why a lineage's history cannot be trusted. Serialised as the variant name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Reason {
+    /// The newest snapshot lacks an index in `0..count`.
+    MissingChunk,
+    /// The newest snapshot has two Secrets with one index.
+    DuplicateChunk,
+    /// Chunks of one UUID disagree on timestamp, count, composition, synthesizer or snapshot hash.
+    MixedSnapshot,
+    /// Missing/unparseable metadata, missing data, or data that is not a JSON array of entries.
+    MalformedChunk,
+    /// A chunk's bytes do not match its chunk or snapshot hash (hand edits, mixed writes).
+    HashMismatch,
+    /// Two UUIDs share the newest instant: which one is newest is unknown.
+    AmbiguousTimestamp,
+    /// A `synthesized` annotation is missing or not RFC 3339: the order is unknown.
+    BadTimestamp,
+    /// A Secret's name is not `<comp-name>-<lineage>-<index>` for its own metadata.
+    NameMismatch,
+    /// A format version other than `1`.
+    UnsupportedFormat,
+    /// A chunk over the data limit, a claimed count over [`MAX_CHUNK_COUNT`], or (recording)
+    /// one entry larger than a chunk.
+    TooLarge,
+    /// Two live Compositions share the lineage, or a chunk is annotated with another lineage
+    /// than the one it is labelled with.
+    LineageConflict,
+}
+
+impl Reason {
+    /// The API name, as used in JSON, events and conditions.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::MissingChunk => "MissingChunk",
+            Reason::DuplicateChunk => "DuplicateChunk",
+            Reason::MixedSnapshot => "MixedSnapshot",
+            Reason::MalformedChunk => "MalformedChunk",
+            Reason::HashMismatch => "HashMismatch",
+            Reason::AmbiguousTimestamp => "AmbiguousTimestamp",
+            Reason::BadTimestamp => "BadTimestamp",
+            Reason::NameMismatch => "NameMismatch",
+            Reason::UnsupportedFormat => "UnsupportedFormat",
+            Reason::TooLarge => "TooLarge",
+            Reason::LineageConflict => "LineageConflict",
+        }
+    }
+
+    /// Every reason, in declaration order.
+    pub const ALL: [Reason; 11] = [
+        Reason::MissingChunk,
+        Reason::DuplicateChunk,
+        Reason::MixedSnapshot,
+        Reason::MalformedChunk,
+        Reason::HashMismatch,
+        Reason::AmbiguousTimestamp,
+        Reason::BadTimestamp,
+        Reason::NameMismatch,
+        Reason::UnsupportedFormat,
+        Reason::TooLarge,
+        Reason::LineageConflict,
+    ];
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An invalid outcome: the machine-readable reason and a sentence for humans.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invalid {
+    /// Why.
+    pub reason: Reason,
+    /// Which Secrets and values, for operators.
+    pub detail: String,
+}
+
+/// A complete, consistent snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The lineage it was selected for.
+    pub lineage: String,
+    /// Synthesis UUID.
+    pub synthesis_uuid: String,
+    /// Synthesis time.
+    pub synthesized: Timestamp,
+    /// Composition name when recorded.
+    pub composition_name: String,
+    /// Composition namespace.
+    pub composition_namespace: String,
+    /// Synthesizer name.
+    pub synthesizer_name: String,
+    /// Secret names in index order.
+    pub secret_names: Vec<String>,
+    /// All entries, chunks concatenated in index order.
+    pub entries: Vec<Entry>,
+}
+
+/// The result of selection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Selection {
+    /// The lineage has no live inventory Secrets.
+    None,
+    /// The newest snapshot is complete and consistent.
+    Selected(Snapshot),
+    /// The newest history is doubtful: no tombstones may be derived.
+    Invalid(Invalid),
+}
+
+impl Selection {
+    /// The one-line JSON object `tidemark-inventory inspect` prints:
+    /// `{"outcome":"selected","lineage","synthesisUUID","synthesized","compositionName","chunks","entries"}`,
+    /// `{"outcome":"invalid","reason","detail"}` or `{"outcome":"none"}`, plus
+    /// `"tombstones":[{"group","version","kind","namespace"?,"name"}]` when given.
+    pub fn inspect_json(&self, tombstones: Option<&[Entry]>) -> Value {
+        let mut v = match self {
+            Selection::None => json!({"outcome": "none"}),
+            Selection::Selected(s) => json!({
+                "outcome": "selected",
+                "lineage": s.lineage,
+                "synthesisUUID": s.synthesis_uuid,
+                "synthesized": s.synthesized.format_rfc3339_nanos(),
+                "compositionName": s.composition_name,
+                "chunks": s.secret_names.len(),
+                "entries": s.entries.len(),
+            }),
+            Selection::Invalid(i) => json!({
+                "outcome": "invalid",
+                "reason": i.reason.name(),
+                "detail": i.detail,
+            }),
+        };
+        if let (Some(t), Some(obj)) = (tombstones, v.as_object_mut()) {
+            let ids: Vec<ResourceId> = t.iter().map(Entry::resource_id).collect();
+            obj.insert("tombstones".into(), json!(ids));
+        }
+        v
+    }
+}
+
+fn invalid(reason: Reason, detail: String) -> Selection {
+    Selection::Invalid(Invalid { reason, detail })
+}
+
+/// Strict non-negative decimal (no sign, no spaces), as the recorder writes.
+fn parse_index(s: &str) -> Option<usize> {
+    if s.is_empty() || s.len() > 9 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// [`select_with_limit`] with the 1 MiB Secret limit.
+pub fn select(secrets: &[Secret], lineage: &str) -> Selection {
+    select_with_limit(secrets, lineage, DEFAULT_CHUNK_LIMIT)
+}
+
+/// Selects the lineage's snapshot among `secrets` (any order; Secrets of other lineages and
+/// terminating Secrets are ignored). `limit` is the chunk data limit a chunk may not exceed.
+pub fn select_with_limit(secrets: &[Secret], lineage: &str, limit: usize) -> Selection {
+    let mut live: Vec<&Secret> = secrets
+        .iter()
+        .filter(|s| {
+            !s.terminating && s.labels.get(LABEL_LINEAGE).map(String::as_str) == Some(lineage)
+        })
+        .collect();
+    if live.is_empty() {
+        return Selection::None;
+    }
+    // Total order => the first problem found (and its detail) is independent of input order.
+    live.sort_by(|a, b| {
+        (&a.namespace, &a.name)
+            .cmp(&(&b.namespace, &b.name))
+            .then_with(|| a.cmp(b))
+    });
+
+    // Group by synthesis UUID and order each group by its (latest) timestamp.
+    let mut groups: BTreeMap<&str, Vec<&Secret>> = BTreeMap::new();
+    for s in &live {
+        match s
+            .annotations
+            .get(ANN_SYNTHESIS_UUID)
+            .filter(|u| !u.is_empty())
+        {
+            Some(u) => groups.entry(u.as_str()).or_default().push(s),
+            None => {
+                return invalid(
+                    Reason::MalformedChunk,
+                    format!(
+                        "Secret {} has no {ANN_SYNTHESIS_UUID} annotation; its snapshot is unknown",
+                        s.name
+                    ),
+                )
+            }
+        }
+    }
+    let mut times: BTreeMap<&str, Timestamp> = BTreeMap::new();
+    for (uuid, members) in &groups {
+        for s in members {
+            let Some(raw) = s.annotations.get(ANN_SYNTHESIZED) else {
+                return invalid(
+                    Reason::BadTimestamp,
+                    format!(
+                        "Secret {} (synthesis {uuid}) has no {ANN_SYNTHESIZED} annotation",
+                        s.name
+                    ),
+                );
+            };
+            let t = match Timestamp::parse_rfc3339(raw) {
+                Ok(t) => t,
+                Err(e) => {
+                    return invalid(
+                        Reason::BadTimestamp,
+                        format!("Secret {} (synthesis {uuid}): {e}", s.name),
+                    )
+                }
+            };
+            let slot = times.entry(uuid).or_insert(t);
+            *slot = (*slot).max(t);
+        }
+    }
+    let Some(newest_time) = times.values().max().copied() else {
+        return Selection::None;
+    };
+    let newest: Vec<&str> = times
+        .iter()
+        .filter(|(_, t)| **t == newest_time)
+        .map(|(u, _)| *u)
+        .collect();
+    if newest.len() > 1 {
+        return invalid(
+            Reason::AmbiguousTimestamp,
+            format!(
+                "syntheses {} share the newest timestamp {newest_time}",
+                newest.join(", ")
+            ),
+        );
+    }
+    let uuid = newest[0];
+    validate_group(uuid, &groups[uuid], lineage, limit)
+}
+
+fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -> Selection {
+    let ann = |s: &Secret, k: &str| s.annotations.get(k).cloned();
+    for s in chunks {
+        match s.annotations.get(ANN_FORMAT_VERSION) {
+            Some(v) if v == FORMAT_VERSION => {}
+            other => {
+                return invalid(
+                    Reason::UnsupportedFormat,
+                    format!(
+                    "Secret {} has format version {other:?}; only {FORMAT_VERSION:?} is understood",
+                    s.name
+                ),
+                )
+            }
+        }
+        if let Some(l) = s.annotations.get(ANN_LINEAGE).filter(|l| *l != lineage) {
+            return invalid(
+                Reason::LineageConflict,
+                format!(
+                    "Secret {} is labelled lineage {lineage} but annotated lineage {l}",
+                    s.name
+                ),
+            );
+        }
+        for k in [ANN_COMPOSITION_NAME, ANN_CHUNK_INDEX, ANN_CHUNK_COUNT] {
+            if s.annotations.get(k).is_none_or(|v| v.is_empty()) {
+                return invalid(
+                    Reason::MalformedChunk,
+                    format!("Secret {} has no {k} annotation", s.name),
+                );
+            }
+        }
+    }
+    // Every chunk must agree with the first on the snapshot metadata.
+    let first = chunks[0];
+    let first_time = ann(first, ANN_SYNTHESIZED).and_then(|t| Timestamp::parse_rfc3339(&t).ok());
+    for s in &chunks[1..] {
+        let t = ann(s, ANN_SYNTHESIZED).and_then(|t| Timestamp::parse_rfc3339(&t).ok());
+        if t != first_time {
+            return invalid(
+                Reason::MixedSnapshot,
+                format!(
+                    "synthesis {uuid}: Secrets {} and {} disagree on {ANN_SYNTHESIZED}",
+                    first.name, s.name
+                ),
+            );
+        }
+        for k in [
+            ANN_CHUNK_COUNT,
+            ANN_COMPOSITION_NAME,
+            ANN_COMPOSITION_NAMESPACE,
+            ANN_SYNTHESIZER_NAME,
+            ANN_SNAPSHOT_SHA256,
+        ] {
+            if ann(s, k) != ann(first, k) {
+                return invalid(
+                    Reason::MixedSnapshot,
+                    format!(
+                        "synthesis {uuid}: Secrets {} and {} disagree on {k}",
+                        first.name, s.name
+                    ),
+                );
+            }
+        }
+    }
+    let count_raw = ann(first, ANN_CHUNK_COUNT).unwrap_or_default();
+    let Some(count) = parse_index(&count_raw).filter(|c| *c > 0) else {
+        return invalid(
+            Reason::MalformedChunk,
+            format!("Secret {} has chunk count {count_raw:?}", first.name),
+        );
+    };
+    if count > MAX_CHUNK_COUNT {
+        return invalid(
+            Reason::TooLarge,
+            format!("synthesis {uuid} claims {count} chunks, more than {MAX_CHUNK_COUNT}"),
+        );
+    }
+    let mut slots: Vec<Option<&Secret>> = vec![None; count];
+    for s in chunks {
+        let raw = ann(s, ANN_CHUNK_INDEX).unwrap_or_default();
+        let Some(i) = parse_index(&raw).filter(|i| *i < count) else {
+            return invalid(
+                Reason::MalformedChunk,
+                format!("Secret {} has chunk index {raw:?} (count {count})", s.name),
+            );
+        };
+        if let Some(prev) = slots[i] {
+            return invalid(
+                Reason::DuplicateChunk,
+                format!(
+                    "synthesis {uuid}: Secrets {} and {} both hold chunk {i}",
+                    prev.name, s.name
+                ),
+            );
+        }
+        slots[i] = Some(s);
+    }
+    let mut ordered: Vec<&Secret> = Vec::with_capacity(count);
+    for (i, slot) in slots.iter().enumerate() {
+        match slot {
+            Some(s) => ordered.push(s),
+            None => {
+                return invalid(
+                    Reason::MissingChunk,
+                    format!("synthesis {uuid}: chunk {i} of {count} is missing"),
+                )
+            }
+        }
+    }
+    let comp_name = ann(first, ANN_COMPOSITION_NAME).unwrap_or_default();
+    for (i, s) in ordered.iter().enumerate() {
+        let want = secret_name(&comp_name, lineage, i);
+        if s.name != want {
+            return invalid(
+                Reason::NameMismatch,
+                format!(
+                    "Secret {} holds chunk {i} of {comp_name}; expected the name {want}",
+                    s.name
+                ),
+            );
+        }
+    }
+    let mut datas: Vec<&[u8]> = Vec::with_capacity(count);
+    for s in &ordered {
+        let Some(d) = s.inventory_bytes() else {
+            return invalid(
+                Reason::MalformedChunk,
+                format!("Secret {} has no {DATA_KEY}", s.name),
+            );
+        };
+        if d.len() > limit {
+            return invalid(
+                Reason::TooLarge,
+                format!(
+                    "Secret {} holds {} bytes, more than {limit}",
+                    s.name,
+                    d.len()
+                ),
+            );
+        }
+        if let Some(h) = s.annotations.get(ANN_CHUNK_SHA256) {
+            let got = chunk_sha256(d);
+            if !h.eq_ignore_ascii_case(&got) {
+                return invalid(
+                    Reason::HashMismatch,
+                    format!(
+                        "Secret {}: {DATA_KEY} has SHA-256 {got}, annotation says {h}",
+                        s.name
+                    ),
+                );
+            }
+        }
+        datas.push(d);
+    }
+    if let Some(h) = first.annotations.get(ANN_SNAPSHOT_SHA256) {
+        let got = snapshot_sha256(datas.iter().copied());
+        if !h.eq_ignore_ascii_case(&got) {
+            return invalid(
+                Reason::HashMismatch,
+                format!("synthesis {uuid}: the chunks hash to {got}, annotation says {h}"),
+            );
+        }
+    }
+    let mut entries = Vec::new();
+    for (s, d) in ordered.iter().zip(&datas) {
+        match decode_chunk(d) {
+            Ok(e) => entries.extend(e),
+            Err(e) => return invalid(Reason::MalformedChunk, format!("Secret {}: {e}", s.name)),
+        }
+    }
+    Selection::Selected(Snapshot {
+        lineage: lineage.to_string(),
+        synthesis_uuid: uuid.to_string(),
+        synthesized: first_time.unwrap_or_default(),
+        composition_name: comp_name,
+        composition_namespace: ann(first, ANN_COMPOSITION_NAMESPACE).unwrap_or_default(),
+        synthesizer_name: ann(first, ANN_SYNTHESIZER_NAME).unwrap_or_default(),
+        secret_names: ordered.iter().map(|s| s.name.clone()).collect(),
+        entries,
+    })
+}
