@@ -97,9 +97,8 @@ impl Decision {
         self.synthesis_uuid == synthesis_uuid && self.outcome.is_finished()
     }
 
-    /// The annotation value (compact JSON, fields in a fixed order).
-    pub fn to_json(&self) -> String {
-        let wire = Wire {
+    fn to_wire(&self) -> Wire {
+        Wire {
             synthesis_uuid: self.synthesis_uuid.clone(),
             outcome: self.outcome.name().into(),
             tombstones: self.outcome.tombstones(),
@@ -108,8 +107,34 @@ impl Decision {
                 _ => None,
             },
             time: self.time.format_rfc3339_nanos(),
+        }
+    }
+
+    fn from_wire(w: Wire) -> Result<Decision, String> {
+        let time = Timestamp::parse_rfc3339(&w.time).map_err(|e| e.to_string())?;
+        let outcome = match (w.outcome.as_str(), w.reason) {
+            ("NotNeeded", None) => Outcome::NotNeeded,
+            ("Applied", None) => Outcome::Applied(w.tombstones),
+            ("Planned", None) => Outcome::Planned(w.tombstones),
+            ("Skipped", None) => Outcome::Skipped,
+            ("InventoryNotFound", None) => Outcome::InventoryNotFound,
+            ("InventoryInvalid", Some(r)) => Outcome::InventoryInvalid(r),
+            (o, r) => return Err(format!("outcome {o:?} with reason {r:?}")),
         };
-        serde_json::to_string(&wire).unwrap_or_default()
+        if w.synthesis_uuid.is_empty() {
+            return Err("empty synthesisUUID".into());
+        }
+        Ok(Decision {
+            synthesis_uuid: w.synthesis_uuid,
+            outcome,
+            time,
+        })
+    }
+
+    /// The annotation value (compact JSON, fields in a fixed order).
+    pub fn to_json(&self) -> String {
+        // Serialising a struct of strings and integers cannot fail.
+        serde_json::to_string(&self.to_wire()).unwrap_or_default()
     }
 
     /// Parses an annotation value written by [`Decision::to_json`] (either time precision).
@@ -119,24 +144,19 @@ impl Decision {
             why,
         };
         let w: Wire = serde_json::from_str(value).map_err(|e| err(e.to_string()))?;
-        let time = Timestamp::parse_rfc3339(&w.time).map_err(|e| err(e.to_string()))?;
-        let outcome = match (w.outcome.as_str(), w.reason) {
-            ("NotNeeded", None) => Outcome::NotNeeded,
-            ("Applied", None) => Outcome::Applied(w.tombstones),
-            ("Planned", None) => Outcome::Planned(w.tombstones),
-            ("Skipped", None) => Outcome::Skipped,
-            ("InventoryNotFound", None) => Outcome::InventoryNotFound,
-            ("InventoryInvalid", Some(r)) => Outcome::InventoryInvalid(r),
-            (o, r) => return Err(err(format!("outcome {o:?} with reason {r:?}"))),
-        };
-        if w.synthesis_uuid.is_empty() {
-            return Err(err("empty synthesisUUID".into()));
-        }
-        Ok(Decision {
-            synthesis_uuid: w.synthesis_uuid,
-            outcome,
-            time,
-        })
+        Decision::from_wire(w).map_err(err)
+    }
+}
+
+impl Serialize for Decision {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_wire().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Decision {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Decision::from_wire(Wire::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 

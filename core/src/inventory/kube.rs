@@ -135,6 +135,8 @@ pub enum Input {
 }
 
 /// What an inventory machine wants next; `S` is its terminal outcome.
+// Outputs are moved once per poll; boxing would only add an allocation per command.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Output<S> {
     /// Run this command and report `Input::Done { id, .. }`.

@@ -1,23 +1,633 @@
-//! The recovery machine (being built).
-use serde::{Deserialize, Serialize};
+//! The recovery machine: decides, for a Composition's current synthesis, whether history was
+//! lost and which resources must go, before anything new is recorded.
+//!
+//! One [`Recovery`] handles one synthesis UUID of one Composition. Sequence:
+//!
+//! 1. GET the Composition; common eligibility (enabled, scope, opt-in, not deleting,
+//!    synthesized current synthesis). A finished decision for this UUID => `AlreadyDecided`.
+//! 2. If a previous synthesis exists and all its ResourceSlices are readable =>
+//!    `NotNeeded` (Eno's own tombstones cover it).
+//! 3. Otherwise: lineage conflict check (`InventoryInvalid(LineageConflict)`); read the
+//!    current slices (all must be readable: they define what is still wanted); list the
+//!    lineage's Secrets; [`select`](super::select::select_with_limit); tombstones in
+//!    deletion order.
+//! 4. [`Mode::Apply`]: for each tombstone, re-read the Composition (same UID, same synthesis
+//!    — a new synthesis could want the resource again), GET the object, skip it if it has
+//!    `eno.azure.io/deletion-strategy: orphan` or is already terminating, else DELETE with a
+//!    UID precondition. [`Mode::Plan`]: no deletes, `Planned(n)`.
+//! 5. Re-read the Composition and write the decision annotation with its resourceVersion as
+//!    precondition (409 => re-read and retry, bounded). [`Mode::DryRun`] writes nothing.
 
-/// Recovery mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+use super::chunk::DEFAULT_CHUNK_LIMIT;
+use super::decision::{Decision, Outcome, DECISION_ANNOTATION};
+use super::eligibility::{check_common, current_decision, Ineligible, Scope};
+use super::entry::{entries_from_slices, present_identities, Entry, Identity, ResourceId};
+use super::kube::{Command, CommandId, Input, KubeError, Output, Reply};
+use super::lineage::{lineage_conflicts, lineage_of};
+use super::recorder::ordered_slices;
+use super::secret::Secret;
+use super::select::{select_with_limit, Invalid, Reason, Selection};
+use super::timestamp::Timestamp;
+use super::tombstone::{deletion_order, tombstones};
+use super::view::{CompositionView, ObjectView, SliceView};
+use super::*;
+use crate::time::Instant;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+/// What recovery may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum Mode {
+    /// Delete the tombstones and record `Applied(n)` (controller default, as Eno recovers
+    /// automatically; also `recover --apply`).
+    #[default]
     Apply,
+    /// Record `Planned(n)` and delete nothing; recording waits for an operator.
     Plan,
+    /// Compute and report only; write nothing (`recover` without flags).
     DryRun,
+    /// Record `Skipped` without selecting anything (`recover --skip`).
     Skip,
 }
-/// Config.
+
+/// Recovery settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecoveryConfig;
-/// Outcome.
+pub struct RecoveryConfig {
+    /// The feature switch.
+    pub enabled: bool,
+    /// Which Compositions are looked after.
+    pub scope: Scope,
+    /// Namespace of the inventory Secrets in the downstream cluster.
+    pub secret_namespace: String,
+    /// What recovery may do.
+    pub mode: Mode,
+    /// Chunk data limit used when validating chunks.
+    pub chunk_limit: usize,
+    /// How many 409s on the decision write before giving up.
+    pub max_conflict_retries: u32,
+    /// How long to wait for one reply.
+    pub request_timeout: Duration,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            enabled: true,
+            scope: Scope::default(),
+            secret_namespace: DEFAULT_SECRET_NAMESPACE.into(),
+            mode: Mode::Apply,
+            chunk_limit: DEFAULT_CHUNK_LIMIT,
+            max_conflict_retries: 5,
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What happened to one tombstone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeleteResult {
+    /// The delete was accepted.
+    Deleted,
+    /// It did not exist (any more).
+    AlreadyAbsent,
+    /// It was already terminating.
+    AlreadyDeleting,
+    /// It carries `eno.azure.io/deletion-strategy: orphan`: left in place.
+    SkippedOrphan,
+}
+
+/// What recovery found and did.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Plan {
+    /// The lineage looked at.
+    pub lineage: String,
+    /// The selection, when one was made (not for `NotNeeded`/`Skipped`).
+    pub selection: Option<Selection>,
+    /// Tombstones in deletion order.
+    pub tombstones: Vec<Entry>,
+    /// Per-tombstone results, in the order handled (Apply mode).
+    pub results: Vec<(ResourceId, DeleteResult)>,
+}
+
+/// How a recovery ended.
+// Produced once per recovery; boxing the plan would only complicate matching.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum RecoveryOutcome {}
-/// Status.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecoveryStatus;
-/// Machine.
+pub enum RecoveryOutcome {
+    /// A decision was made; `written` is false in dry-run mode.
+    Decided {
+        decision: Decision,
+        plan: Plan,
+        written: bool,
+    },
+    /// A finished decision (or, in plan mode, a plan) for this synthesis already exists.
+    AlreadyDecided(Decision),
+    /// Nothing to do (not an error).
+    NotEligible(Ineligible),
+    /// The current synthesis's slices cannot all be read: what is wanted is unknown, so no
+    /// decision is made (retried later).
+    CurrentSlicesUnusable { detail: String },
+    /// The Composition changed identity or synthesis under us; nothing more done.
+    CompositionChanged { detail: String },
+    /// An API error or timeout; no decision was written.
+    Failed {
+        detail: String,
+        error: Option<KubeError>,
+        retryable: bool,
+    },
+}
+
+/// Progress, for logs and the admin endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RecoveryStatus {
+    /// Lineage, once known.
+    pub lineage: Option<String>,
+    /// The synthesis being decided for.
+    pub synthesis_uuid: Option<String>,
+    /// The outcome once computed (before it is written).
+    pub outcome: Option<String>,
+    /// Tombstones computed.
+    pub tombstones: usize,
+    /// Deletes accepted.
+    pub deleted: usize,
+    /// Tombstones skipped (orphan, absent, terminating).
+    pub skipped: usize,
+    /// 409s seen on the decision write.
+    pub conflicts: u32,
+    /// Composition reads.
+    pub composition_reads: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    ReadComposition,
+    PrevSlices,
+    ListCompositions,
+    CurrentSlices,
+    ListSecrets,
+    RecheckBeforeDelete,
+    GetResource,
+    Delete,
+    RecheckBeforeDecision,
+    WriteDecision,
+}
+
+/// The recovery state machine (see the module docs).
 #[derive(Debug)]
-pub struct Recovery;
+pub struct Recovery {
+    cfg: RecoveryConfig,
+    namespace: String,
+    name: String,
+    wall_now: Timestamp,
+    next_id: CommandId,
+    queued: Option<(Step, Command)>,
+    awaiting: Option<(CommandId, Step, Instant)>,
+    stopped: Option<RecoveryOutcome>,
+    comp: CompositionView,
+    uuid: String,
+    present: BTreeSet<Identity>,
+    plan: Plan,
+    next_delete: usize,
+    current_object: Option<ObjectView>,
+    outcome: Option<Outcome>,
+    attempts: u32,
+    status: RecoveryStatus,
+}
+
+impl Recovery {
+    /// A recovery for `namespace/name`. `wall_now` is the driver's wall-clock time, written
+    /// into the decision (core reads no clock). Command ids start at 1.
+    pub fn new(cfg: RecoveryConfig, namespace: &str, name: &str, wall_now: Timestamp) -> Recovery {
+        let mut r = Recovery {
+            cfg,
+            namespace: namespace.into(),
+            name: name.into(),
+            wall_now,
+            next_id: 1,
+            queued: None,
+            awaiting: None,
+            stopped: None,
+            comp: CompositionView::default(),
+            uuid: String::new(),
+            present: BTreeSet::new(),
+            plan: Plan::default(),
+            next_delete: 0,
+            current_object: None,
+            outcome: None,
+            attempts: 0,
+            status: RecoveryStatus::default(),
+        };
+        r.read_composition(Step::ReadComposition);
+        r
+    }
+
+    /// Progress so far.
+    pub fn status(&self) -> &RecoveryStatus {
+        &self.status
+    }
+
+    /// Next thing to do. Drain until `Timeout` or `Stopped`.
+    pub fn poll_output(&mut self, now: Instant) -> Output<RecoveryOutcome> {
+        if let Some(o) = &self.stopped {
+            return Output::Stopped(o.clone());
+        }
+        if let Some((step, cmd)) = self.queued.take() {
+            let id = self.next_id;
+            self.next_id += 1;
+            self.awaiting = Some((id, step, now + self.cfg.request_timeout));
+            return Output::Command { id, cmd };
+        }
+        match self.awaiting {
+            Some((_, _, deadline)) if now < deadline => Output::Timeout(deadline),
+            Some(_) => {
+                self.stop(RecoveryOutcome::Failed {
+                    detail: "no reply within the request timeout".into(),
+                    error: None,
+                    retryable: true,
+                });
+                self.poll_output(now)
+            }
+            None => {
+                self.stop(RecoveryOutcome::Failed {
+                    detail: "internal: nothing to do and nothing awaited".into(),
+                    error: None,
+                    retryable: false,
+                });
+                self.poll_output(now)
+            }
+        }
+    }
+
+    /// Feeds a reply. Replies to unknown or stale ids are ignored.
+    pub fn handle_input(&mut self, _now: Instant, input: Input) {
+        let Input::Done { id, result } = input;
+        match self.awaiting {
+            Some((aid, step, _)) if aid == id && self.stopped.is_none() => {
+                self.awaiting = None;
+                self.dispatch(step, result);
+            }
+            _ => {}
+        }
+    }
+
+    fn stop(&mut self, o: RecoveryOutcome) {
+        self.queued = None;
+        self.awaiting = None;
+        self.stopped = Some(o);
+    }
+
+    fn fail(&mut self, context: &str, e: KubeError) {
+        let retryable = e.is_retryable();
+        self.stop(RecoveryOutcome::Failed {
+            detail: format!("{context}: {e}"),
+            error: Some(e),
+            retryable,
+        });
+    }
+
+    fn read_composition(&mut self, step: Step) {
+        self.status.composition_reads += 1;
+        self.queued = Some((
+            step,
+            Command::GetComposition {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+            },
+        ));
+    }
+
+    fn list_slices(&mut self, step: Step, names: Vec<String>) {
+        self.queued = Some((
+            step,
+            Command::ListResourceSlices {
+                namespace: self.comp.namespace.clone(),
+                names,
+            },
+        ));
+    }
+
+    fn dispatch(&mut self, step: Step, result: Result<Reply, KubeError>) {
+        match (step, result) {
+            (Step::ReadComposition, Ok(Reply::Composition(c))) => self.on_composition(c),
+            (Step::ReadComposition, Err(KubeError::NotFound)) => {
+                self.stop(RecoveryOutcome::NotEligible(Ineligible::NotFound))
+            }
+            (Step::PrevSlices, Ok(Reply::Slices(s))) => self.on_prev_slices(s),
+            (Step::ListCompositions, Ok(Reply::Compositions(all))) => self.on_compositions(&all),
+            (Step::CurrentSlices, Ok(Reply::Slices(s))) => self.on_current_slices(s),
+            (Step::ListSecrets, Ok(Reply::Secrets(s))) => self.on_secrets(&s),
+            (Step::RecheckBeforeDelete, Ok(Reply::Composition(c))) => {
+                if self.confirm(c) {
+                    self.get_resource();
+                }
+            }
+            (Step::GetResource, Ok(Reply::Object(o))) => self.on_object(o),
+            (Step::GetResource, Err(KubeError::NotFound)) => {
+                self.record_result(DeleteResult::AlreadyAbsent)
+            }
+            (Step::Delete, Ok(_)) => self.record_result(DeleteResult::Deleted),
+            (Step::Delete, Err(KubeError::NotFound)) => {
+                self.record_result(DeleteResult::AlreadyAbsent)
+            }
+            (Step::RecheckBeforeDecision, Ok(Reply::Composition(c))) => self.on_decision_recheck(c),
+            (Step::WriteDecision, Ok(_)) => self.on_decision_written(),
+            (Step::WriteDecision, Err(KubeError::Conflict(m))) => {
+                self.status.conflicts += 1;
+                self.attempts += 1;
+                if self.attempts > self.cfg.max_conflict_retries {
+                    self.stop(RecoveryOutcome::Failed {
+                        detail: format!(
+                            "decision write still conflicting after {} attempts",
+                            self.attempts
+                        ),
+                        error: Some(KubeError::Conflict(m)),
+                        retryable: true,
+                    });
+                } else {
+                    self.read_composition(Step::RecheckBeforeDecision);
+                }
+            }
+            (Step::RecheckBeforeDelete | Step::RecheckBeforeDecision, Err(KubeError::NotFound)) => {
+                self.stop(RecoveryOutcome::CompositionChanged {
+                    detail: "the Composition was deleted".into(),
+                })
+            }
+            (step, Err(e)) => self.fail(&format!("{step:?}"), e),
+            (step, Ok(r)) => self.stop(RecoveryOutcome::Failed {
+                detail: format!("{step:?}: unexpected reply {r:?}"),
+                error: None,
+                retryable: false,
+            }),
+        }
+    }
+
+    fn on_composition(&mut self, c: CompositionView) {
+        if let Err(why) = check_common(self.cfg.enabled, &self.cfg.scope, &c) {
+            return self.stop(RecoveryOutcome::NotEligible(why));
+        }
+        let lineage = match lineage_of(&c) {
+            Ok(l) => l,
+            Err(e) => {
+                return self.stop(RecoveryOutcome::NotEligible(Ineligible::BadLineage(
+                    e.to_string(),
+                )))
+            }
+        };
+        let cur = c.current_synthesis.clone().unwrap_or_default();
+        if let Some(d) = current_decision(&c) {
+            let planned_again =
+                matches!(d.outcome, Outcome::Planned(_)) && self.cfg.mode == Mode::Plan;
+            if self.cfg.mode != Mode::DryRun && (d.outcome.is_finished() || planned_again) {
+                return self.stop(RecoveryOutcome::AlreadyDecided(d));
+            }
+        }
+        self.uuid = cur.uuid.clone();
+        self.status.synthesis_uuid = Some(cur.uuid.clone());
+        self.status.lineage = Some(lineage.clone());
+        self.plan.lineage = lineage;
+        let prev = c.previous_synthesis.clone();
+        self.comp = c;
+        if self.cfg.mode == Mode::Skip {
+            return self.decide(Outcome::Skipped);
+        }
+        match prev {
+            Some(p) => self.list_slices(Step::PrevSlices, p.resource_slice_names),
+            None => self.list_compositions(),
+        }
+    }
+
+    fn list_compositions(&mut self) {
+        self.queued = Some((
+            Step::ListCompositions,
+            Command::ListCompositions {
+                namespace: self.cfg.scope.namespace.clone(),
+            },
+        ));
+    }
+
+    fn on_prev_slices(&mut self, slices: Vec<SliceView>) {
+        let names = self
+            .comp
+            .previous_synthesis
+            .as_ref()
+            .map(|p| p.resource_slice_names.clone())
+            .unwrap_or_default();
+        let readable = ordered_slices(&names, slices)
+            .ok()
+            .is_some_and(|s| entries_from_slices(&s).is_ok());
+        if readable {
+            self.decide(Outcome::NotNeeded)
+        } else {
+            self.list_compositions()
+        }
+    }
+
+    fn on_compositions(&mut self, all: &[CompositionView]) {
+        let others = lineage_conflicts(&self.comp, all);
+        if !others.is_empty() {
+            self.plan.selection = Some(Selection::Invalid(Invalid {
+                reason: Reason::LineageConflict,
+                detail: format!(
+                    "lineage {} is also used by live Compositions {}",
+                    self.plan.lineage,
+                    others.join(", ")
+                ),
+            }));
+            return self.decide(Outcome::InventoryInvalid(Reason::LineageConflict));
+        }
+        let names = self
+            .comp
+            .current_synthesis
+            .as_ref()
+            .map(|s| s.resource_slice_names.clone())
+            .unwrap_or_default();
+        self.list_slices(Step::CurrentSlices, names);
+    }
+
+    fn on_current_slices(&mut self, slices: Vec<SliceView>) {
+        let names = self
+            .comp
+            .current_synthesis
+            .as_ref()
+            .map(|s| s.resource_slice_names.clone())
+            .unwrap_or_default();
+        let present = ordered_slices(&names, slices)
+            .and_then(|s| present_identities(&s).map_err(|e| e.to_string()));
+        match present {
+            Ok(p) => {
+                self.present = p;
+                self.queued = Some((
+                    Step::ListSecrets,
+                    Command::ListSecrets {
+                        namespace: self.cfg.secret_namespace.clone(),
+                        label_selector: lineage_selector(&self.plan.lineage),
+                    },
+                ));
+            }
+            Err(detail) => self.stop(RecoveryOutcome::CurrentSlicesUnusable { detail }),
+        }
+    }
+
+    fn on_secrets(&mut self, secrets: &[Secret]) {
+        let sel = select_with_limit(secrets, &self.plan.lineage, self.cfg.chunk_limit);
+        let outcome = match &sel {
+            Selection::None => Outcome::InventoryNotFound,
+            Selection::Invalid(i) => Outcome::InventoryInvalid(i.reason),
+            Selection::Selected(s) => {
+                self.plan.tombstones = deletion_order(&tombstones(&s.entries, &self.present));
+                let n = self.plan.tombstones.len() as u64;
+                match self.cfg.mode {
+                    Mode::Apply => Outcome::Applied(n),
+                    _ => Outcome::Planned(n),
+                }
+            }
+        };
+        self.status.tombstones = self.plan.tombstones.len();
+        self.plan.selection = Some(sel);
+        if matches!(outcome, Outcome::Applied(n) if n > 0) {
+            self.outcome = Some(outcome);
+            self.status.outcome = Some(outcome.name().into());
+            self.next_delete = 0;
+            return self.read_composition(Step::RecheckBeforeDelete);
+        }
+        self.decide(outcome);
+    }
+
+    /// Same UID, same current synthesis, still eligible. Stops and returns false otherwise.
+    fn confirm(&mut self, c: CompositionView) -> bool {
+        let detail = if c.uid != self.comp.uid {
+            Some(format!("UID changed from {} to {}", self.comp.uid, c.uid))
+        } else if c.current_synthesis.as_ref().map(|s| s.uuid.as_str()) != Some(self.uuid.as_str())
+        {
+            Some(format!("the current synthesis is no longer {}", self.uuid))
+        } else if let Err(why) = check_common(self.cfg.enabled, &self.cfg.scope, &c) {
+            Some(format!("no longer eligible: {why}"))
+        } else if lineage_of(&c).ok().as_ref() != Some(&self.plan.lineage) {
+            Some("the lineage changed".into())
+        } else {
+            None
+        };
+        match detail {
+            Some(detail) => {
+                self.stop(RecoveryOutcome::CompositionChanged { detail });
+                false
+            }
+            None => {
+                self.comp = c;
+                true
+            }
+        }
+    }
+
+    fn get_resource(&mut self) {
+        let id = self.plan.tombstones[self.next_delete].resource_id();
+        self.queued = Some((Step::GetResource, Command::GetResource { id }));
+    }
+
+    fn on_object(&mut self, o: ObjectView) {
+        if o.annotations.get(ANN_DELETION_STRATEGY).map(String::as_str) == Some("orphan") {
+            return self.record_result(DeleteResult::SkippedOrphan);
+        }
+        if o.terminating {
+            return self.record_result(DeleteResult::AlreadyDeleting);
+        }
+        let id = self.plan.tombstones[self.next_delete].resource_id();
+        self.queued = Some((
+            Step::Delete,
+            Command::DeleteResource {
+                id,
+                uid: o.uid.clone(),
+            },
+        ));
+        self.current_object = Some(o);
+    }
+
+    fn record_result(&mut self, r: DeleteResult) {
+        let id = self.plan.tombstones[self.next_delete].resource_id();
+        if r == DeleteResult::Deleted {
+            self.status.deleted += 1;
+        } else {
+            self.status.skipped += 1;
+        }
+        self.plan.results.push((id, r));
+        self.current_object = None;
+        self.next_delete += 1;
+        if self.next_delete < self.plan.tombstones.len() {
+            self.read_composition(Step::RecheckBeforeDelete);
+        } else {
+            let n = self.plan.tombstones.len() as u64;
+            self.decide(Outcome::Applied(n));
+        }
+    }
+
+    fn decision(&self) -> Option<Decision> {
+        self.outcome.map(|o| Decision {
+            synthesis_uuid: self.uuid.clone(),
+            outcome: o,
+            time: self.wall_now,
+        })
+    }
+
+    fn decide(&mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+        self.status.outcome = Some(outcome.name().into());
+        if self.cfg.mode == Mode::DryRun {
+            let decision = self
+                .decision()
+                .unwrap_or_else(|| unreachable_decision(&self.uuid));
+            let plan = std::mem::take(&mut self.plan);
+            return self.stop(RecoveryOutcome::Decided {
+                decision,
+                plan,
+                written: false,
+            });
+        }
+        self.attempts = 0;
+        self.read_composition(Step::RecheckBeforeDecision);
+    }
+
+    fn on_decision_recheck(&mut self, c: CompositionView) {
+        let existing = current_decision(&c);
+        if !self.confirm(c) {
+            return;
+        }
+        // Someone (another controller replica, an operator) decided meanwhile: keep theirs.
+        if let Some(d) = existing.filter(|d| d.outcome.is_finished()) {
+            return self.stop(RecoveryOutcome::AlreadyDecided(d));
+        }
+        let value = self.decision().map(|d| d.to_json()).unwrap_or_default();
+        self.queued = Some((
+            Step::WriteDecision,
+            Command::PatchCompositionAnnotation {
+                namespace: self.comp.namespace.clone(),
+                name: self.comp.name.clone(),
+                key: DECISION_ANNOTATION.into(),
+                value,
+                resource_version: self.comp.resource_version.clone(),
+            },
+        ));
+    }
+
+    fn on_decision_written(&mut self) {
+        let decision = self
+            .decision()
+            .unwrap_or_else(|| unreachable_decision(&self.uuid));
+        let plan = std::mem::take(&mut self.plan);
+        self.stop(RecoveryOutcome::Decided {
+            decision,
+            plan,
+            written: true,
+        });
+    }
+}
+
+/// `decide` always sets the outcome first; this placeholder only keeps the code free of
+/// panics if that ever changes.
+fn unreachable_decision(uuid: &str) -> Decision {
+    Decision {
+        synthesis_uuid: uuid.to_string(),
+        outcome: Outcome::InventoryNotFound,
+        time: Timestamp::default(),
+    }
+}
