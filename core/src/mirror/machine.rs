@@ -45,10 +45,11 @@ enum Job {
     ProbeTarget,
     ReadFence,
     CheckEmpty,
-    ReadR0,
-    ScanPage,
-    ProbeMaxModRevision,
-    SweepPage,
+    /// Genesis reads carry their attempt number; replies to a superseded attempt are dropped.
+    ReadR0(u64),
+    ScanPage(u64),
+    ProbeMaxModRevision(u64),
+    SweepPage(u64),
     Commit(Box<Commit>),
     /// Re-reading the fence after a commit whose outcome is unknown.
     ResolveUnknown(Box<Commit>),
@@ -541,10 +542,17 @@ impl Mirror {
             }
             (Job::ReadFence, Ok(Reply::Range(r))) => self.on_fence_read(now, r),
             (Job::CheckEmpty, Ok(Reply::Range(r))) => self.on_check_empty(now, r),
-            (Job::ReadR0, Ok(Reply::Range(r))) => self.on_r0(now, r),
-            (Job::ScanPage, Ok(Reply::Range(r))) => self.on_scan_page(now, r),
-            (Job::ProbeMaxModRevision, Ok(Reply::Range(r))) => self.on_untrusted_probe(now, r),
-            (Job::SweepPage, Ok(Reply::Range(r))) => self.on_sweep_page(now, r),
+            (
+                Job::ReadR0(seq)
+                | Job::ScanPage(seq)
+                | Job::ProbeMaxModRevision(seq)
+                | Job::SweepPage(seq),
+                _,
+            ) if self.gen.as_ref().is_none_or(|g| g.seq != seq) => {}
+            (Job::ReadR0(_), Ok(Reply::Range(r))) => self.on_r0(now, r),
+            (Job::ScanPage(_), Ok(Reply::Range(r))) => self.on_scan_page(now, r),
+            (Job::ProbeMaxModRevision(_), Ok(Reply::Range(r))) => self.on_untrusted_probe(now, r),
+            (Job::SweepPage(_), Ok(Reply::Range(r))) => self.on_sweep_page(now, r),
             (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_commit(now, *c, t),
             (Job::Commit(c), Err(f)) => self.on_commit_failed(now, *c, f),
             (Job::ResolveUnknown(c), Ok(Reply::Range(r))) => self.on_resolve(now, *c, r),
@@ -579,7 +587,7 @@ impl Mirror {
 
     fn note_reachability(&mut self, now: Instant, job: &Job, ok: bool, f: &Failure) {
         let side = match job {
-            Job::ProbeSource | Job::ReadR0 | Job::ScanPage | Job::ProbeMaxModRevision => {
+            Job::ProbeSource | Job::ReadR0(_) | Job::ScanPage(_) | Job::ProbeMaxModRevision(_) => {
                 C::SourceReachable
             }
             _ => C::TargetReachable,
@@ -603,10 +611,10 @@ impl Mirror {
             },
             Job::ReadFence => self.fence_read_cmd(),
             Job::CheckEmpty => self.check_empty_cmd(),
-            Job::ReadR0 => self.r0_cmd(),
-            Job::ScanPage => self.scan_cmd()?,
-            Job::ProbeMaxModRevision => self.max_mod_cmd(),
-            Job::SweepPage => self.sweep_cmd()?,
+            Job::ReadR0(_) => self.r0_cmd(),
+            Job::ScanPage(_) => self.scan_cmd()?,
+            Job::ProbeMaxModRevision(_) => self.max_mod_cmd(),
+            Job::SweepPage(_) => self.sweep_cmd()?,
             Job::ResolveUnknown(_) => self.fence_read_cmd(),
             Job::Commit(_) | Job::WatchOpen | Job::Fire => return None,
         })
@@ -1377,7 +1385,7 @@ impl Mirror {
         let g = self.new_gen(GenStep::R0, prune);
         self.gen = Some(g);
         let cmd = self.r0_cmd();
-        self.issue(Job::ReadR0, cmd);
+        self.issue(Job::ReadR0(self.gen_seq), cmd);
     }
 
     fn r0_cmd(&self) -> Command {
@@ -1473,7 +1481,7 @@ impl Mirror {
     fn next_scan_page(&mut self) {
         match self.scan_cmd() {
             Some(cmd) => {
-                self.issue(Job::ScanPage, cmd);
+                self.issue(Job::ScanPage(self.gen_seq), cmd);
             }
             None => {
                 // Past the last window: record that the scan is complete.
@@ -1620,12 +1628,17 @@ impl Mirror {
                     && !self
                         .inflight
                         .values()
-                        .any(|j| matches!(j, Job::ProbeMaxModRevision))
+                        .any(|j| matches!(j, Job::ProbeMaxModRevision(_)))
                 {
                     self.probe_untrusted();
                 }
             }
-            GenStep::Sweeping if !self.inflight.values().any(|j| matches!(j, Job::SweepPage)) => {
+            GenStep::Sweeping
+                if !self
+                    .inflight
+                    .values()
+                    .any(|j| matches!(j, Job::SweepPage(_))) =>
+            {
                 self.next_sweep_page(now);
             }
             _ => {}
@@ -1648,7 +1661,7 @@ impl Mirror {
 
     fn probe_untrusted(&mut self) {
         let cmd = self.max_mod_cmd();
-        self.issue(Job::ProbeMaxModRevision, cmd);
+        self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
     }
 
     /// Untrusted progress: no live key in scope changed after what the watch delivered,
@@ -1722,7 +1735,7 @@ impl Mirror {
     fn next_sweep_page(&mut self, now: Instant) {
         match self.sweep_cmd() {
             Some(cmd) => {
-                self.issue(Job::SweepPage, cmd);
+                self.issue(Job::SweepPage(self.gen_seq), cmd);
             }
             None => {
                 if let Some(g) = &mut self.gen {
