@@ -15,7 +15,11 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(initial: Duration, max: Duration) -> Self {
-        Backoff { initial, max: max.max(initial), attempt: 0 }
+        Backoff {
+            initial,
+            max: max.max(initial),
+            attempt: 0,
+        }
     }
 
     /// The curve for "too many requests": slower start and a higher cap than the
@@ -38,7 +42,11 @@ impl Backoff {
         self.attempt = self.attempt.saturating_add(1);
         let base = self.initial.saturating_mul(1u32 << exp).min(self.max);
         let half = base / 2;
-        let jitter_ns = rng.below(u64::try_from(half.as_nanos()).unwrap_or(u64::MAX).saturating_add(1));
+        let jitter_ns = rng.below(
+            u64::try_from(half.as_nanos())
+                .unwrap_or(u64::MAX)
+                .saturating_add(1),
+        );
         half + Duration::from_nanos(jitter_ns)
     }
 
@@ -61,8 +69,15 @@ const BURST: Duration = Duration::from_secs(1);
 
 impl Pacer {
     pub fn new(ops_per_second: u32) -> Self {
-        let ns_per_op = if ops_per_second == 0 { 0 } else { 1_000_000_000 / u64::from(ops_per_second) };
-        Pacer { ns_per_op, tat: Instant::ZERO }
+        let ns_per_op = if ops_per_second == 0 {
+            0
+        } else {
+            1_000_000_000 / u64::from(ops_per_second)
+        };
+        Pacer {
+            ns_per_op,
+            tat: Instant::ZERO,
+        }
     }
 
     /// Whether pacing is on.
@@ -76,14 +91,22 @@ impl Pacer {
             return now;
         }
         let tat = self.tat.max(now);
-        let earliest = Instant(tat.0.saturating_sub(u64::try_from(BURST.as_nanos()).unwrap_or(u64::MAX)));
+        let earliest = Instant(
+            tat.0
+                .saturating_sub(u64::try_from(BURST.as_nanos()).unwrap_or(u64::MAX)),
+        );
         earliest.max(now)
     }
 
     /// Records that `n` ops were sent at `now`.
     pub fn consume(&mut self, now: Instant, n: u64) {
         if self.enabled() {
-            self.tat = Instant(self.tat.max(now).0.saturating_add(n.saturating_mul(self.ns_per_op)));
+            self.tat = Instant(
+                self.tat
+                    .max(now)
+                    .0
+                    .saturating_add(n.saturating_mul(self.ns_per_op)),
+            );
         }
     }
 

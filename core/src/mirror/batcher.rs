@@ -114,13 +114,24 @@ impl Batcher {
         let fits_alone = group.ops.len() <= self.limits.max_ops && bytes <= self.limits.max_bytes;
         if !fits_alone || group.skip > 0 {
             if !self.allow_split && group.skip == 0 {
-                return Err(Oversized { rev: group.rev, ops: group.ops.len() });
+                return Err(Oversized {
+                    rev: group.rev,
+                    ops: group.ops.len(),
+                });
             }
             self.flush();
-            self.ready.extend(split_revision(group.rev, group.skip, group.ops, self.limits));
+            self.ready.extend(split_revision(
+                group.rev,
+                group.skip,
+                group.ops,
+                self.limits,
+            ));
             return Ok(());
         }
-        let collides = group.ops.iter().any(|op| self.pending_keys.contains(op.key()));
+        let collides = group
+            .ops
+            .iter()
+            .any(|op| self.pending_keys.contains(op.key()));
         if !self.pending.is_empty()
             && (collides
                 || self.pending.len() + group.ops.len() > self.limits.max_ops
@@ -212,7 +223,11 @@ fn split_revision(rev: i64, skip: u32, ops: Vec<TxnOp>, limits: Limits) -> Vec<B
                 last: i + 1 == n,
             };
             done = part.done_after;
-            Batch { revs: vec![(rev, ops.len())], ops, split: Some(part) }
+            Batch {
+                revs: vec![(rev, ops.len())],
+                ops,
+                split: Some(part),
+            }
         })
         .collect()
 }
@@ -226,7 +241,11 @@ pub fn shrink(batch: Batch) -> Option<Vec<Batch>> {
         let mut ops = batch.ops.into_iter();
         for (rev, n) in batch.revs {
             let part: Vec<TxnOp> = ops.by_ref().take(n).collect();
-            out.push(Batch { ops: part, revs: vec![(rev, n)], split: None });
+            out.push(Batch {
+                ops: part,
+                revs: vec![(rev, n)],
+                split: None,
+            });
         }
         return Some(out);
     }
@@ -246,7 +265,12 @@ pub fn shrink(batch: Batch) -> Option<Vec<Batch>> {
         Batch {
             revs: vec![(rev, first.len())],
             ops: first,
-            split: Some(SplitPart { rev, done_before: before, done_after: before + n1, last: false }),
+            split: Some(SplitPart {
+                rev,
+                done_before: before,
+                done_after: before + n1,
+                last: false,
+            }),
         },
         Batch {
             revs: vec![(rev, second.len())],
@@ -267,7 +291,10 @@ mod tests {
     use proptest::prelude::*;
 
     fn put(k: &str, vlen: usize) -> TxnOp {
-        TxnOp::Put { key: k.as_bytes().to_vec(), value: vec![b'x'; vlen] }
+        TxnOp::Put {
+            key: k.as_bytes().to_vec(),
+            value: vec![b'x'; vlen],
+        }
     }
 
     fn drain(b: &mut Batcher) -> Vec<Batch> {
@@ -280,10 +307,24 @@ mod tests {
         let limits = Limits::from_config(4, 1 << 20);
         assert_eq!(limits.max_ops, 3);
         let mut b = Batcher::new(limits, true);
-        b.push(RevGroup { rev: 5, skip: 0, ops: vec![put("a", 1), put("b", 1)] }).unwrap();
-        b.push(RevGroup { rev: 6, skip: 0, ops: vec![put("c", 1), put("d", 1)] }).unwrap();
+        b.push(RevGroup {
+            rev: 5,
+            skip: 0,
+            ops: vec![put("a", 1), put("b", 1)],
+        })
+        .unwrap();
+        b.push(RevGroup {
+            rev: 6,
+            skip: 0,
+            ops: vec![put("c", 1), put("d", 1)],
+        })
+        .unwrap();
         let out = drain(&mut b);
-        assert_eq!(out.len(), 2, "rev 6 does not fit beside rev 5 and is not split");
+        assert_eq!(
+            out.len(),
+            2,
+            "rev 6 does not fit beside rev 5 and is not split"
+        );
         assert_eq!(out[0].revs, vec![(5, 2)]);
         assert_eq!(out[1].watermark_after(), Some(6));
     }
@@ -291,38 +332,80 @@ mod tests {
     #[test]
     fn pending_key_collision_cuts() {
         let mut b = Batcher::new(Limits::from_config(128, 1 << 20), true);
-        b.push(RevGroup { rev: 1, skip: 0, ops: vec![put("a", 1)] }).unwrap();
-        b.push(RevGroup { rev: 2, skip: 0, ops: vec![put("a", 2)] }).unwrap();
+        b.push(RevGroup {
+            rev: 1,
+            skip: 0,
+            ops: vec![put("a", 1)],
+        })
+        .unwrap();
+        b.push(RevGroup {
+            rev: 2,
+            skip: 0,
+            ops: vec![put("a", 2)],
+        })
+        .unwrap();
         assert_eq!(drain(&mut b).len(), 2);
     }
 
     #[test]
     fn oversized_revision_splits_or_fails() {
-        let ops: Vec<_> = (0..1000).map(|i| TxnOp::Delete { key: format!("k{i:04}").into_bytes(), range_end: vec![] }).collect();
+        let ops: Vec<_> = (0..1000)
+            .map(|i| TxnOp::Delete {
+                key: format!("k{i:04}").into_bytes(),
+                range_end: vec![],
+            })
+            .collect();
         let mut b = Batcher::new(Limits::from_config(128, 1 << 20), true);
-        b.push(RevGroup { rev: 9, skip: 0, ops: ops.clone() }).unwrap();
+        b.push(RevGroup {
+            rev: 9,
+            skip: 0,
+            ops: ops.clone(),
+        })
+        .unwrap();
         let out = drain(&mut b);
         assert_eq!(out.len(), 8);
         assert!(out[..7].iter().all(|p| p.watermark_after().is_none()));
         assert_eq!(out[7].watermark_after(), Some(9));
         assert_eq!(out[7].split.unwrap().done_after, 1000);
         let mut strict = Batcher::new(Limits::from_config(128, 1 << 20), false);
-        assert_eq!(strict.push(RevGroup { rev: 9, skip: 0, ops }), Err(Oversized { rev: 9, ops: 1000 }));
+        assert_eq!(
+            strict.push(RevGroup {
+                rev: 9,
+                skip: 0,
+                ops
+            }),
+            Err(Oversized { rev: 9, ops: 1000 })
+        );
     }
 
     #[test]
     fn shrink_goes_per_revision_then_halves() {
-        let batch = Batch { ops: vec![put("a", 1), put("b", 1), put("c", 1)], revs: vec![(1, 1), (2, 2)], split: None };
+        let batch = Batch {
+            ops: vec![put("a", 1), put("b", 1), put("c", 1)],
+            revs: vec![(1, 1), (2, 2)],
+            split: None,
+        };
         let per_rev = shrink(batch).unwrap();
         assert_eq!(per_rev.len(), 2);
         let halves = shrink(per_rev[1].clone()).unwrap();
-        assert_eq!(halves[0].split.unwrap(), SplitPart { rev: 2, done_before: 0, done_after: 1, last: false });
+        assert_eq!(
+            halves[0].split.unwrap(),
+            SplitPart {
+                rev: 2,
+                done_before: 0,
+                done_after: 1,
+                last: false
+            }
+        );
         assert_eq!(halves[1].watermark_after(), Some(2));
         assert!(shrink(halves[0].clone()).is_none());
     }
 
     fn arb_groups() -> impl Strategy<Value = Vec<Vec<(u8, usize)>>> {
-        proptest::collection::vec(proptest::collection::vec((0u8..40, 0usize..300), 1..40), 0..30)
+        proptest::collection::vec(
+            proptest::collection::vec((0u8..40, 0usize..300), 1..40),
+            0..30,
+        )
     }
 
     proptest! {

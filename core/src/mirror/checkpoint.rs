@@ -74,19 +74,23 @@ pub enum CheckpointError {
     #[error("checkpoint version {0} is not supported by this build (it reads v{VERSION}); upgrade tidemark or restore the checkpoint")]
     UnsupportedVersion(u64),
     #[error("checkpoint field {field} is invalid: {problem}")]
-    BadField { field: &'static str, problem: String },
+    BadField {
+        field: &'static str,
+        problem: String,
+    },
 }
 
 impl Checkpoint {
     /// Encodes the record as compact JSON.
     pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(self).expect("a Checkpoint always serialises: plain fields, no maps with non-string keys")
+        serde_json::to_vec(self)
+            .expect("a Checkpoint always serialises: plain fields, no maps with non-string keys")
     }
 
     /// Decodes and validates a record, failing closed on anything unexpected.
     pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
-        let raw: serde_json::Value = serde_json::from_slice(bytes)
-            .map_err(|e| CheckpointError::Malformed(e.to_string()))?;
+        let raw: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| CheckpointError::Malformed(e.to_string()))?;
         let v = raw
             .get("v")
             .and_then(serde_json::Value::as_u64)
@@ -102,7 +106,10 @@ impl Checkpoint {
 
     fn check(&self) -> Result<(), CheckpointError> {
         let bad = |field, problem: &str| {
-            Err(CheckpointError::BadField { field, problem: problem.into() })
+            Err(CheckpointError::BadField {
+                field,
+                problem: problem.into(),
+            })
         };
         if self.link.is_empty() {
             return bad("link", "is empty");
@@ -152,7 +159,11 @@ mod tests {
             role: Role::Mirror,
             watermark: 42,
             split: None,
-            scan: Some(Scan { base: 40, cursor: b"/app/\xff".to_vec(), scanned: false }),
+            scan: Some(Scan {
+                base: 40,
+                cursor: b"/app/\xff".to_vec(),
+                scanned: false,
+            }),
             prune_pending: true,
             prune_floor: 7,
             source_cluster: "a".into(),
@@ -168,7 +179,10 @@ mod tests {
 
     #[test]
     fn fails_closed() {
-        assert!(matches!(Checkpoint::decode(b"garbage"), Err(CheckpointError::Malformed(_))));
+        assert!(matches!(
+            Checkpoint::decode(b"garbage"),
+            Err(CheckpointError::Malformed(_))
+        ));
         let mut j: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
         j["v"] = 2.into();
         assert_eq!(
@@ -182,7 +196,10 @@ mod tests {
         c.holder = "short".into();
         assert!(matches!(
             Checkpoint::decode(&c.encode()),
-            Err(CheckpointError::BadField { field: "holder", .. })
+            Err(CheckpointError::BadField {
+                field: "holder",
+                ..
+            })
         ));
     }
 

@@ -173,7 +173,10 @@ fn windows(base: &[u8], excludes: &[Vec<u8>]) -> Vec<Window> {
         ex_start.extend_from_slice(ex);
         let ex_end = prefix_end(&ex_start);
         if ex_start > start {
-            out.push(Window { start: start.clone(), end: ex_start.clone() });
+            out.push(Window {
+                start: start.clone(),
+                end: ex_start.clone(),
+            });
         }
         if ex_end == [0] {
             return out;
@@ -205,7 +208,10 @@ mod tests {
         assert_eq!(k.rewrite(b"/app/tmp/x"), None);
         assert_eq!(k.rewrite(b"/other/a"), None);
         // "/app/" appearing later in a key is not rewritten.
-        assert_eq!(k.rewrite(b"/app//app/").unwrap(), b"/mirror/east//app/".to_vec());
+        assert_eq!(
+            k.rewrite(b"/app//app/").unwrap(),
+            b"/mirror/east//app/".to_vec()
+        );
         assert_eq!(k.unrewrite(b"/mirror/east/a").unwrap(), b"/app/a".to_vec());
         assert_eq!(k.unrewrite(b"/mirror/east/tmp/x"), None);
         assert_eq!(k.unrewrite(b"/mirror/east/\0tidemark-checkpoint"), None);
@@ -224,13 +230,28 @@ mod tests {
         assert_eq!(
             w,
             vec![
-                Window { start: b"/a/".to_vec(), end: b"/a/b".to_vec() },
-                Window { start: b"/a/c".to_vec(), end: b"/a/d/".to_vec() },
-                Window { start: b"/a/d0".to_vec(), end: b"/a0".to_vec() },
+                Window {
+                    start: b"/a/".to_vec(),
+                    end: b"/a/b".to_vec()
+                },
+                Window {
+                    start: b"/a/c".to_vec(),
+                    end: b"/a/d/".to_vec()
+                },
+                Window {
+                    start: b"/a/d0".to_vec(),
+                    end: b"/a0".to_vec()
+                },
             ]
         );
         let all = space("", "/t/", "", &[]);
-        assert_eq!(all.source_windows(), vec![Window { start: vec![0], end: vec![0] }]);
+        assert_eq!(
+            all.source_windows(),
+            vec![Window {
+                start: vec![0],
+                end: vec![0]
+            }]
+        );
     }
 
     #[test]

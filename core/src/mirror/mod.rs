@@ -5,9 +5,12 @@ pub mod batcher;
 pub mod checkpoint;
 pub mod io;
 pub mod keys;
+mod machine;
 pub mod status;
+pub mod version;
 
 pub use checkpoint::{Checkpoint, Role};
 pub use io::{CommandId, Control, FailKind, Input, Output, StopReason};
 pub use keys::KeySpace;
+pub use machine::Mirror;
 pub use status::{Condition, ConditionType, Counts, Cutover, Phase, Status};

@@ -1,0 +1,1026 @@
+// Test code: a panic with the failing value is the report we want.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! Scripted exchanges: hand-written inputs in, exact commands out.
+//!
+//! Each test plays the driver by hand, so every command the core emits is asserted.
+
+use std::time::Duration;
+
+use tidemark_core::classify::{Failure, PermanentKind};
+use tidemark_core::config::{InitialSyncMode, MirrorConfig};
+use tidemark_core::etcd::{
+    Cluster, Command, CompareTarget, Event, EventKind, KeyValue, RangeReply, Reply, SortBy,
+    StatusReply, TxnOp, TxnReply, WatchEvent,
+};
+use tidemark_core::mirror::{
+    Checkpoint, CommandId, ConditionType, Control, FailKind, Input, Mirror, Output, Phase, Role,
+    StopReason,
+};
+use tidemark_core::Instant;
+
+const FENCE: &[u8] = b"/mirror/\0tidemark-checkpoint";
+
+fn config(mode: InitialSyncMode) -> MirrorConfig {
+    let mut c = MirrorConfig::new("/app/", "/mirror/");
+    c.source.endpoint_list = vec!["http://127.0.0.1:2379".into()];
+    c.target.endpoint_list = vec!["http://127.0.0.1:22379".into()];
+    c.initial_sync.mode = mode;
+    c.sync.max_txn_ops = 4;
+    c
+}
+
+struct Harness {
+    m: Mirror,
+    now: Instant,
+    log: Vec<Output>,
+}
+
+impl Harness {
+    fn new(cfg: MirrorConfig, seed: u64) -> Self {
+        Harness {
+            m: Mirror::new(cfg, seed).unwrap(),
+            now: Instant(1_000_000_000),
+            log: Vec::new(),
+        }
+    }
+
+    /// Polls until the core waits; returns the commands it emitted.
+    fn drain(&mut self) -> Vec<(CommandId, Command)> {
+        let mut cmds = Vec::new();
+        loop {
+            let o = self.m.poll_output(self.now);
+            self.log.push(o.clone());
+            match o {
+                Output::Command { id, cmd } => cmds.push((id, cmd)),
+                Output::Timeout(_) | Output::Stopped(_) => return cmds,
+            }
+        }
+    }
+
+    fn done(&mut self, id: CommandId, r: Result<Reply, Failure>) {
+        self.m.handle_input(self.now, Input::Done { id, result: r });
+    }
+
+    fn watch(&mut self, watch_id: u64, ev: WatchEvent) {
+        self.m.handle_input(
+            self.now,
+            Input::Watch {
+                watch_id,
+                event: ev,
+            },
+        );
+    }
+
+    fn advance(&mut self, d: Duration) {
+        self.now = self.now + d;
+    }
+
+    fn stopped(&mut self) -> Option<StopReason> {
+        match self.m.poll_output(self.now) {
+            Output::Stopped(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+fn status(version: &str, cluster: u64, rev: i64) -> Reply {
+    Reply::Status(StatusReply {
+        version: version.into(),
+        header_revision: rev,
+        cluster_id: cluster,
+        member_id: 1,
+        is_learner: false,
+        db_size: 0,
+    })
+}
+
+fn range(rev: i64, kvs: Vec<KeyValue>, more: bool) -> Reply {
+    let count = kvs.len() as i64;
+    Reply::Range(RangeReply {
+        header_revision: rev,
+        kvs,
+        more,
+        count,
+    })
+}
+
+fn kv(key: &[u8], value: &[u8], rev: i64) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        create_revision: rev,
+        mod_revision: rev,
+        version: 1,
+        lease: 0,
+    }
+}
+
+fn txn_ok(rev: i64) -> Reply {
+    Reply::Txn(TxnReply {
+        succeeded: true,
+        header_revision: rev,
+        reads: vec![],
+    })
+}
+
+fn put_ev(key: &[u8], value: &[u8], rev: i64) -> Event {
+    Event {
+        kind: EventKind::Put,
+        kv: kv(key, value, rev),
+    }
+}
+
+fn del_ev(key: &[u8], rev: i64) -> Event {
+    Event {
+        kind: EventKind::Delete,
+        kv: KeyValue {
+            key: key.to_vec(),
+            mod_revision: rev,
+            ..Default::default()
+        },
+    }
+}
+
+/// The fence record a Txn writes (its last success op).
+fn fence_of(cmd: &Command) -> Checkpoint {
+    let Command::Txn(t) = cmd else {
+        panic!("not a txn: {cmd:?}")
+    };
+    match t.success.last() {
+        Some(TxnOp::Put { key, value }) if key == FENCE => Checkpoint::decode(value).unwrap(),
+        other => panic!("last op is not the fence put: {other:?}"),
+    }
+}
+
+fn data_ops(cmd: &Command) -> Vec<TxnOp> {
+    let Command::Txn(t) = cmd else {
+        panic!("not a txn: {cmd:?}")
+    };
+    t.success[..t.success.len() - 1].to_vec()
+}
+
+fn compare_of(cmd: &Command) -> (CompareTarget, i64) {
+    let Command::Txn(t) = cmd else {
+        panic!("not a txn: {cmd:?}")
+    };
+    assert_eq!(
+        t.compares.len(),
+        1,
+        "every target write is fenced by exactly one compare"
+    );
+    assert_eq!(t.compares[0].key, FENCE);
+    assert_eq!(
+        t.failure,
+        vec![TxnOp::Get {
+            key: FENCE.to_vec()
+        }]
+    );
+    (t.compares[0].target, t.compares[0].value)
+}
+
+fn put(k: &[u8], v: &[u8]) -> TxnOp {
+    TxnOp::Put {
+        key: k.to_vec(),
+        value: v.to_vec(),
+    }
+}
+
+fn one(cmds: Vec<(CommandId, Command)>) -> (CommandId, Command) {
+    assert_eq!(cmds.len(), 1, "expected exactly one command, got {cmds:#?}");
+    cmds.into_iter().next().unwrap()
+}
+
+/// Drives a cold start on an empty target up to the steady state. Returns the watch id.
+/// Target revisions: claim=10, start-genesis=11, scan chunk=12, finish=13.
+fn cold_start(h: &mut Harness, version: &str) -> u64 {
+    let cmds = h.drain();
+    assert_eq!(cmds.len(), 2);
+    assert_eq!(
+        cmds[0].1,
+        Command::Status {
+            cluster: Cluster::Source
+        }
+    );
+    assert_eq!(
+        cmds[1].1,
+        Command::Status {
+            cluster: Cluster::Target
+        }
+    );
+    h.done(cmds[0].0, Ok(status(version, 1, 100)));
+    h.done(cmds[1].0, Ok(status(version, 2, 5)));
+
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(
+        (r.cluster, r.key.as_slice(), r.range_end.is_empty()),
+        (Cluster::Target, FENCE, true)
+    );
+    h.done(id, Ok(range(5, vec![], false)));
+
+    // RequireEmpty: a keys-only look at the target range before any write.
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(
+        (r.cluster, r.keys_only, r.limit),
+        (Cluster::Target, true, 2)
+    );
+    assert_eq!(r.key, b"/mirror/".to_vec());
+    h.done(id, Ok(range(5, vec![], false)));
+
+    // Claim: create the fence at epoch 1.
+    let (id, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::CreateRevision, 0));
+    let rec = fence_of(&cmd);
+    assert_eq!((rec.epoch, rec.watermark, rec.role), (1, 0, Role::Mirror));
+    assert!(data_ops(&cmd).is_empty());
+    h.done(id, Ok(txn_ok(10)));
+
+    // R0: a count-only read of the source range.
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert!(r.count_only);
+    assert_eq!((r.cluster, r.revision), (Cluster::Source, 0));
+    h.done(
+        id,
+        Ok(Reply::Range(RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 2,
+        })),
+    );
+
+    // Record scan = {base: 100}.
+    let (id, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 10));
+    let rec = fence_of(&cmd);
+    assert_eq!(rec.scan.as_ref().unwrap().base, 100);
+    h.done(id, Ok(txn_ok(11)));
+
+    // Watch at R0+1 *before* the scan, then an unpinned page.
+    let cmds = h.drain();
+    assert_eq!(cmds.len(), 2, "{cmds:#?}");
+    let Command::Watch(w) = &cmds[0].1 else {
+        panic!("{:?}", cmds[0].1)
+    };
+    assert_eq!(w.start_revision, 101);
+    let watch_id = w.watch_id;
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    let Command::Range(r) = &cmds[1].1 else {
+        panic!("{:?}", cmds[1].1)
+    };
+    assert_eq!(
+        (r.cluster, r.revision, r.sort),
+        (Cluster::Source, 0, SortBy::Key)
+    );
+    h.done(
+        cmds[1].0,
+        Ok(range(
+            100,
+            vec![kv(b"/app/a", b"1", 50), kv(b"/app/b", b"2", 60)],
+            false,
+        )),
+    );
+
+    // One Txn with both keys; the record says the scan is complete (after any further
+    // windows, which this script answers as empty).
+    let (id, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 11));
+    assert_eq!(
+        data_ops(&cmd),
+        vec![put(b"/mirror/a", b"1"), put(b"/mirror/b", b"2")]
+    );
+    let mut scanned = fence_of(&cmd).scan.unwrap().scanned;
+    h.done(id, Ok(txn_ok(12)));
+    while !scanned {
+        let (id, cmd) = one(h.drain());
+        let Command::Range(r) = &cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(r.cluster, Cluster::Source);
+        h.done(id, Ok(range(100, vec![], false)));
+        let (id, cmd) = one(h.drain());
+        assert!(data_ops(&cmd).is_empty());
+        scanned = fence_of(&cmd).scan.unwrap().scanned;
+        h.done(id, Ok(txn_ok(12)));
+    }
+
+    // The watch is proven past every page (Rmax = R0 = 100): finish.
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(rec.scan.is_none() && rec.split.is_none());
+    assert_eq!(rec.watermark, 100);
+    h.done(id, Ok(txn_ok(13)));
+    assert!(h.drain().is_empty());
+    assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
+    assert_eq!(h.m.status().phase, Phase::Syncing);
+    watch_id
+}
+
+#[test]
+fn cold_start_then_one_revision_is_one_txn() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 7);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 102,
+            events: vec![
+                put_ev(b"/app/c", b"3", 101),
+                del_ev(b"/app/a", 101),
+                put_ev(b"/app/d", b"4", 102),
+            ],
+        },
+    );
+    let cmds = h.drain();
+    // maxTxnOps = 4 leaves 3 data slots: rev 101 (2 ops) and rev 102 (1 op) fit together.
+    let (id, cmd) = one(cmds);
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 13));
+    assert_eq!(
+        data_ops(&cmd),
+        vec![
+            put(b"/mirror/c", b"3"),
+            TxnOp::Delete {
+                key: b"/mirror/a".to_vec(),
+                range_end: vec![]
+            },
+            put(b"/mirror/d", b"4")
+        ]
+    );
+    assert_eq!(fence_of(&cmd).watermark, 102);
+    h.done(id, Ok(txn_ok(14)));
+    assert_eq!(h.m.status().last_applied_revision, 102);
+
+    // A revision that does not fit beside the pending one is never split.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 104,
+            events: vec![
+                put_ev(b"/app/e", b"5", 103),
+                put_ev(b"/app/f", b"6", 104),
+                put_ev(b"/app/g", b"7", 104),
+                put_ev(b"/app/h", b"8", 104),
+            ],
+        },
+    );
+    let cmds = h.drain();
+    let (id, cmd) = one(cmds);
+    assert_eq!(fence_of(&cmd).watermark, 103);
+    h.done(id, Ok(txn_ok(15)));
+    let (id, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd).len(), 3);
+    assert_eq!(fence_of(&cmd).watermark, 104);
+    h.done(id, Ok(txn_ok(16)));
+
+    // Replayed old events (etcd #20221) are dropped.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 104,
+            events: vec![put_ev(b"/app/zz", b"old", 104)],
+        },
+    );
+    assert!(h.drain().is_empty());
+}
+
+#[test]
+fn excluded_and_foreign_keys_are_not_written() {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.exclude_prefixes = vec!["tmp/".into()];
+    let mut h = Harness::new(cfg, 1);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 102,
+            events: vec![
+                put_ev(b"/app/tmp/x", b"1", 101),
+                put_ev(b"/app/ok", b"2", 102),
+            ],
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/ok", b"2")]);
+}
+
+#[test]
+fn compaction_during_scan_restarts_genesis_with_prune() {
+    let mut h = Harness::new(config(InitialSyncMode::Overwrite), 3);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    // Overwrite: no emptiness check; claim directly.
+    let (id, cmd) = one(h.drain());
+    assert!(!fence_of(&cmd).prune_pending);
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain());
+    h.done(
+        id,
+        Ok(Reply::Range(RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 5,
+        })),
+    );
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    let Command::Watch(wr) = &cmds[0].1 else {
+        panic!()
+    };
+    let w = wr.watch_id;
+    // The source compacts past R0 before the first page returns: the watch is cancelled.
+    h.watch(
+        w,
+        WatchEvent::Cancelled {
+            compact_revision: 150,
+            reason: "compacted".into(),
+        },
+    );
+    h.done(
+        cmds[1].0,
+        Ok(range(160, vec![kv(b"/app/a", b"1", 155)], true)),
+    );
+    let cmds = h.drain();
+    // Genesis starts over: a new R0 read (the stale page is discarded with its attempt).
+    assert!(
+        cmds.iter()
+            .any(|(_, c)| matches!(c, Command::Range(r) if r.count_only)),
+        "{cmds:#?}"
+    );
+    assert_eq!(h.m.status().scan_restart_count, 1);
+    assert!(h.m.status().condition(ConditionType::Compacted));
+    let r0 = cmds
+        .iter()
+        .find(|(_, c)| matches!(c, Command::Range(r) if r.count_only))
+        .unwrap()
+        .0;
+    h.done(
+        r0,
+        Ok(Reply::Range(RangeReply {
+            header_revision: 170,
+            kvs: vec![],
+            more: false,
+            count: 1,
+        })),
+    );
+    let cmds = h.drain();
+    let (_, cmd) = cmds
+        .iter()
+        .find(|(_, c)| matches!(c, Command::Txn(_)))
+        .cloned()
+        .unwrap();
+    let rec = fence_of(&cmd);
+    assert_eq!(rec.scan.unwrap().base, 170);
+    assert!(rec.prune_pending, "a restarted genesis owes a prune");
+}
+
+#[test]
+fn compaction_in_tail_forces_resync_with_prune_and_latches_loop() {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.resync_loop_threshold = 1;
+    let mut h = Harness::new(cfg, 5);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Cancelled {
+            compact_revision: 500,
+            reason: "".into(),
+        },
+    );
+    let cmds = h.drain();
+    assert!(
+        cmds.iter()
+            .any(|(_, c)| *c == Command::CancelWatch { watch_id: w })
+            || cmds.iter().all(|(_, c)| !matches!(c, Command::Watch(_)))
+    );
+    let (id, cmd) = cmds
+        .into_iter()
+        .find(|(_, c)| matches!(c, Command::Range(r) if r.count_only))
+        .unwrap();
+    let _ = cmd;
+    assert_eq!(h.m.status().forced_resync_count, 1);
+    assert!(h.m.status().condition(ConditionType::ResyncLoopDetected));
+    h.done(
+        id,
+        Ok(Reply::Range(RangeReply {
+            header_revision: 600,
+            kvs: vec![],
+            more: false,
+            count: 1,
+        })),
+    );
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(rec.prune_pending);
+    assert_eq!(rec.scan.as_ref().unwrap().base, 600);
+    assert_eq!(
+        rec.watermark, 100,
+        "the watermark is kept; scan != null suspends the invariant"
+    );
+    h.done(id, Ok(txn_ok(20)));
+    let cmds = h.drain();
+    let Command::Watch(wr) = &cmds[0].1 else {
+        panic!("{cmds:#?}")
+    };
+    assert_eq!(wr.start_revision, 601);
+    let w2 = wr.watch_id;
+    h.done(
+        cmds[1].0,
+        Ok(range(600, vec![kv(b"/app/a", b"9", 550)], false)),
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/a", b"9")]);
+    assert_eq!(
+        fence_of(&cmd).prune_floor,
+        20,
+        "the floor is the revision of the write that started this genesis"
+    );
+    h.done(id, Ok(txn_ok(21)));
+    // Mark and sweep: keys-only target pages; keys below the floor were not seen.
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!((r.cluster, r.keys_only), (Cluster::Target, true));
+    h.done(
+        id,
+        Ok(range(
+            21,
+            vec![
+                kv(b"/mirror/a", b"", 21),
+                kv(b"/mirror/b", b"", 12),
+                kv(FENCE, b"", 21),
+            ],
+            false,
+        )),
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/b".to_vec(),
+            range_end: vec![]
+        }]
+    );
+    h.done(id, Ok(txn_ok(22)));
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(rec.scan.is_none() && !rec.prune_pending);
+    assert_eq!(rec.watermark, 600);
+    h.done(id, Ok(txn_ok(23)));
+    // Only a live apply clears the loop latch.
+    assert!(h.m.status().condition(ConditionType::ResyncLoopDetected));
+    h.watch(
+        w2,
+        WatchEvent::Events {
+            header_revision: 601,
+            events: vec![put_ev(b"/app/n", b"1", 601)],
+        },
+    );
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(24)));
+    assert!(!h.m.status().condition(ConditionType::ResyncLoopDetected));
+    assert_eq!(h.m.status().pruned_keys, 1);
+}
+
+#[test]
+fn fence_lost_to_another_holder_stops_without_writing() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 9);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    let mut theirs = fence_of(&cmd);
+    theirs.epoch += 1;
+    theirs.holder = "ffffffffffffffffffffffffffffffff".into();
+    h.done(
+        id,
+        Ok(Reply::Txn(TxnReply {
+            succeeded: false,
+            header_revision: 20,
+            reads: vec![Some(kv(FENCE, &theirs.encode(), 19))],
+        })),
+    );
+    assert!(h.drain().is_empty());
+    match h.stopped() {
+        Some(StopReason::Failed {
+            kind: FailKind::FenceLost,
+            ..
+        }) => {}
+        other => panic!("expected FenceLost, got {other:?}"),
+    }
+    // Nothing more is ever emitted.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 102,
+            events: vec![put_ev(b"/app/d", b"4", 102)],
+        },
+    );
+    assert!(h.drain().is_empty());
+}
+
+#[test]
+fn lost_commit_reply_is_adopted_after_rereading_the_fence() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 11);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    let written = fence_of(&cmd).encode();
+    h.done(
+        id,
+        Err(Failure::Unknown {
+            message: "context deadline exceeded".into(),
+        }),
+    );
+    // The core re-reads the fence instead of guessing.
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(r.key, FENCE);
+    h.done(id, Ok(range(30, vec![kv(FENCE, &written, 30)], false)));
+    assert_eq!(h.m.status().last_applied_revision, 101);
+    // The next write is fenced on the adopted revision.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 102,
+            events: vec![put_ev(b"/app/d", b"4", 102)],
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 30));
+}
+
+#[test]
+fn unapplied_commit_is_retried_after_backoff() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 12);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, first) = one(h.drain());
+    h.done(
+        id,
+        Err(Failure::Unknown {
+            message: "deadline".into(),
+        }),
+    );
+    let (id, _) = one(h.drain());
+    // The fence is unchanged (mod revision 13): the write did not apply.
+    let rec = fence_of(&first);
+    let mut old = rec.clone();
+    old.watermark = 100;
+    h.done(id, Ok(range(13, vec![kv(FENCE, &old.encode(), 13)], false)));
+    assert!(h.drain().is_empty(), "waits for the backoff");
+    h.advance(Duration::from_secs(2));
+    let (_, again) = one(h.drain());
+    assert_eq!(again, first, "the same Txn is retried");
+}
+
+#[test]
+fn corrupt_checkpoint_fails_closed() {
+    let mut h = Harness::new(config(InitialSyncMode::Overwrite), 13);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    h.done(
+        id,
+        Ok(range(5, vec![kv(FENCE, b"{\"v\":1,\"link\":", 4)], false)),
+    );
+    assert!(h.drain().is_empty(), "no write after a corrupt checkpoint");
+    match h.stopped() {
+        Some(StopReason::Failed {
+            kind: FailKind::CheckpointInvalid,
+            message,
+        }) => {
+            assert!(message.contains("nothing was written"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn require_empty_refuses_a_non_empty_target() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 14);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![kv(b"/mirror/x", b"", 3)], false)));
+    assert!(h.drain().is_empty());
+    assert!(matches!(
+        h.stopped(),
+        Some(StopReason::Failed {
+            kind: FailKind::EmptyTargetViolation,
+            ..
+        })
+    ));
+    assert!(h.m.status().condition(ConditionType::EmptyTargetViolation));
+}
+
+#[test]
+fn nospace_parks_cancels_the_watch_and_resumes_from_the_watermark() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 15);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, _) = one(h.drain());
+    h.done(id, Err(Failure::NoSpace));
+    let cmds = h.drain();
+    assert_eq!(
+        cmds.iter().map(|c| c.1.clone()).collect::<Vec<_>>(),
+        vec![Command::CancelWatch { watch_id: w }]
+    );
+    assert!(h.m.status().condition(ConditionType::TargetQuotaExhausted));
+    assert_eq!(h.m.status().phase, Phase::Degraded);
+    // Nothing until the probe interval (1 minute by default).
+    h.advance(Duration::from_secs(30));
+    assert!(h.drain().is_empty());
+    h.advance(Duration::from_secs(31));
+    let (id, cmd) = one(h.drain());
+    assert!(
+        data_ops(&cmd).is_empty(),
+        "the probe writes the fence alone"
+    );
+    assert_eq!(fence_of(&cmd).watermark, 100);
+    h.done(id, Err(Failure::NoSpace));
+    h.drain();
+    h.advance(Duration::from_secs(61));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(40)));
+    assert!(!h.m.status().condition(ConditionType::TargetQuotaExhausted));
+    // Resumes from the watermark: a new watch at 101, so revision 101 is re-delivered.
+    let (_, cmd) = one(h.drain());
+    let Command::Watch(wr) = cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(wr.start_revision, 101);
+}
+
+#[test]
+fn oversized_revision_is_split_with_progress_in_the_checkpoint() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 16);
+    let w = cold_start(&mut h, "3.5.13");
+    let events: Vec<Event> = (0..7)
+        .map(|i| del_ev(format!("/app/k{i}").as_bytes(), 101))
+        .collect();
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events,
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd).len(), 3);
+    let rec = fence_of(&cmd);
+    assert_eq!(
+        (rec.watermark, rec.split.map(|s| (s.rev, s.done))),
+        (100, Some((101, 3)))
+    );
+    h.done(id, Ok(txn_ok(14)));
+    assert!(h.m.status().condition(ConditionType::RevisionSplit));
+    let (id, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).split.map(|s| s.done), Some(6));
+    h.done(id, Ok(txn_ok(15)));
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!((rec.watermark, rec.split), (101, None));
+    h.done(id, Ok(txn_ok(16)));
+    assert!(!h.m.status().condition(ConditionType::RevisionSplit));
+}
+
+#[test]
+fn split_resumes_exactly_after_restart() {
+    // A new process finds split = {101, done 3}: it watches from 101 and skips 3 ops.
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 17);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    let found = Checkpoint {
+        v: 1,
+        link: MirrorConfig::new("/app/", "/mirror/").link_id(),
+        epoch: 4,
+        holder: "0123456789abcdef0123456789abcdef".into(),
+        role: Role::Mirror,
+        watermark: 100,
+        split: Some(tidemark_core::mirror::checkpoint::Split { rev: 101, done: 3 }),
+        scan: None,
+        prune_pending: false,
+        prune_floor: 0,
+        source_cluster: "1".into(),
+        target_cluster: "2".into(),
+    };
+    h.done(
+        id,
+        Ok(range(15, vec![kv(FENCE, &found.encode(), 15)], false)),
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 15));
+    let rec = fence_of(&cmd);
+    assert_eq!(rec.epoch, 5, "a new process always claims epoch + 1");
+    assert_ne!(rec.holder, found.holder);
+    h.done(id, Ok(txn_ok(16)));
+    let (_, cmd) = one(h.drain());
+    let Command::Watch(wr) = cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(wr.start_revision, 101);
+    let events: Vec<Event> = (0..5)
+        .map(|i| del_ev(format!("/app/k{i}").as_bytes(), 101))
+        .collect();
+    h.watch(
+        wr.watch_id,
+        WatchEvent::Events {
+            header_revision: 101,
+            events,
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![
+            TxnOp::Delete {
+                key: b"/mirror/k3".to_vec(),
+                range_end: vec![]
+            },
+            TxnOp::Delete {
+                key: b"/mirror/k4".to_vec(),
+                range_end: vec![]
+            }
+        ]
+    );
+    let rec = fence_of(&cmd);
+    assert_eq!((rec.watermark, rec.split), (101, None));
+}
+
+#[test]
+fn version_floor_and_progress_trust() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 18);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.3.27", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    h.drain();
+    assert!(matches!(
+        h.stopped(),
+        Some(StopReason::Failed {
+            kind: FailKind::Unsupported,
+            ..
+        })
+    ));
+
+    // 3.4.23: progress notifications never move the watermark.
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 19);
+    let w = cold_start(&mut h, "3.4.23");
+    assert!(!h.m.status().progress_trusted);
+    h.advance(Duration::from_secs(10));
+    h.watch(w, WatchEvent::Progress { revision: 500 });
+    assert!(h.drain().is_empty());
+    assert_eq!(h.m.status().last_applied_revision, 100);
+
+    // 3.5.13: an idle prefix's watermark advances with a fence-only write.
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 20);
+    let w = cold_start(&mut h, "3.5.13");
+    h.advance(Duration::from_secs(10));
+    h.watch(w, WatchEvent::Progress { revision: 500 });
+    let (id, cmd) = one(h.drain());
+    assert!(data_ops(&cmd).is_empty());
+    assert_eq!(fence_of(&cmd).watermark, 500);
+    h.done(id, Ok(txn_ok(50)));
+    assert_eq!(h.m.status().last_applied_revision, 500);
+}
+
+#[test]
+fn direction_conflict_writes_nothing() {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.target.prefix = "/app/mirror/".into();
+    let mut h = Harness::new(cfg, 21);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 7, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 7, 100)));
+    assert!(h.drain().is_empty());
+    assert!(matches!(
+        h.stopped(),
+        Some(StopReason::Failed {
+            kind: FailKind::DirectionConflict,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn permanent_auth_error_stops_with_its_message() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 22);
+    let cmds = h.drain();
+    h.done(
+        cmds[0].0,
+        Err(Failure::Permanent {
+            kind: PermanentKind::Auth,
+            message: "etcdserver: authentication failed".into(),
+        }),
+    );
+    h.drain();
+    match h.stopped() {
+        Some(StopReason::Failed {
+            kind: FailKind::Permanent,
+            message,
+        }) => assert!(message.contains("authentication")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn graceful_shutdown_waits_for_the_inflight_commit() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 23);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, _) = one(h.drain());
+    h.m.handle_input(h.now, Input::Control(Control::Shutdown));
+    assert!(
+        matches!(h.m.poll_output(h.now), Output::Timeout(_)),
+        "still committing"
+    );
+    h.done(id, Ok(txn_ok(14)));
+    assert_eq!(
+        h.m.poll_output(h.now),
+        Output::Stopped(StopReason::Shutdown)
+    );
+}
+
+#[test]
+fn same_seed_same_inputs_same_outputs() {
+    fn run(seed: u64) -> String {
+        let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), seed);
+        let w = cold_start(&mut h, "3.5.13");
+        h.watch(
+            w,
+            WatchEvent::Events {
+                header_revision: 101,
+                events: vec![put_ev(b"/app/c", b"3", 101)],
+            },
+        );
+        let (id, _) = one(h.drain());
+        h.done(
+            id,
+            Err(Failure::Transient {
+                message: "unavailable".into(),
+            }),
+        );
+        let (id, _) = one(h.drain());
+        h.done(id, Ok(range(13, vec![], false)));
+        h.advance(Duration::from_secs(5));
+        h.drain();
+        serde_json::to_string(&(&h.log, h.m.status())).unwrap()
+    }
+    assert_eq!(run(99), run(99));
+    assert_ne!(
+        run(99),
+        run(100),
+        "the holder nonce and jitter depend on the seed"
+    );
+}
