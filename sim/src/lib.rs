@@ -1,1 +1,2 @@
 //! tidemark-sim (under construction).
+pub mod apiserver;

@@ -1,0 +1,401 @@
+//! REST routing and wire formats of the conformance server.
+
+use super::{wall_now, Shared};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use axum::Router;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tidemark_sim::apiserver::{ApiError, ApiServer, EventType, Gvr, Patch, Subresource};
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+/// What a request path addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    gvr: Gvr,
+    /// `None` for an all-namespaces list or a cluster-scoped collection.
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+fn parse_path(path: &str) -> Option<Target> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let t = |res: &str, ns: Option<&str>, name: Option<&str>, status: bool| Target {
+        gvr: Gvr::new(group, version, res),
+        namespace: ns.map(str::to_string),
+        name: name.map(str::to_string),
+        status,
+    };
+    Some(match rest {
+        ["namespaces", ns, res] => t(res, Some(ns), None, false),
+        ["namespaces", ns, res, name] => t(res, Some(ns), Some(name), false),
+        ["namespaces", ns, res, name, "status"] => t(res, Some(ns), Some(name), true),
+        [res] => t(res, None, None, false),
+        [res, name] => t(res, None, Some(name), false),
+        [res, name, "status"] => t(res, None, Some(name), true),
+        _ => return None,
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
+                match u8::from_str_radix(hex, 16) {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 2;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn query(uri: &Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(p), String::new()),
+        })
+        .collect()
+}
+
+fn json_response(code: u16, body: &Value) -> Response {
+    Response::builder()
+        .status(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+fn error_response(e: &ApiError, group: &str) -> Response {
+    json_response(e.code(), &e.status(group))
+}
+
+fn parse_body(body: &Bytes, content_type: &str) -> Result<Value, ApiError> {
+    if content_type.contains("yaml") {
+        serde_yaml::from_slice(body).map_err(|e| ApiError::BadRequest(e.to_string()))
+    } else {
+        serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(e.to_string()))
+    }
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if uri.path() == "/version" {
+        return json_response(
+            200,
+            &json!({"major": "1", "minor": "37", "gitVersion": "v1.37.0-tidemark-conformance"}),
+        );
+    }
+    let Some(target) = parse_path(uri.path()) else {
+        return error_response(
+            &ApiError::NotFound {
+                resource: String::new(),
+                name: uri.path().to_string(),
+            },
+            "",
+        );
+    };
+    let q = query(&uri);
+    let group = target.gvr.group.clone();
+    if method == Method::GET && target.name.is_none() && is_true(q.get("watch")) {
+        return watch(shared, target, q).await;
+    }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    let dry_run = q.get("dryRun").is_some_and(|v| v == "All");
+    let now = wall_now();
+    let result = {
+        let mut guard = shared.lock();
+        let mut scratch;
+        let api: &mut ApiServer = if dry_run {
+            scratch = guard.clone();
+            &mut scratch
+        } else {
+            &mut *guard
+        };
+        let r = dispatch(api, now, &method, &target, &q, &content_type, &body);
+        let rv = guard.resource_version();
+        drop(guard);
+        shared.changes.send_replace(rv);
+        r
+    };
+    match result {
+        Ok((code, v)) => json_response(code, &v),
+        Err(e) => error_response(&e, &group),
+    }
+}
+
+fn is_true(v: Option<&String>) -> bool {
+    v.is_some_and(|v| v == "true" || v == "1")
+}
+
+fn dispatch(
+    api: &mut ApiServer,
+    now: tidemark_core::Instant,
+    method: &Method,
+    t: &Target,
+    q: &BTreeMap<String, String>,
+    content_type: &str,
+    body: &Bytes,
+) -> Result<(u16, Value), ApiError> {
+    let ns = t.namespace.as_deref().unwrap_or("");
+    let sub = if t.status {
+        Subresource::Status
+    } else {
+        Subresource::Main
+    };
+    match (method, &t.name) {
+        (&Method::GET, None) => {
+            let (items, rv) = api.list(
+                &t.gvr,
+                t.namespace.as_deref(),
+                q.get("labelSelector").map(String::as_str),
+            )?;
+            Ok((200, api.list_object(&t.gvr, items, rv)))
+        }
+        (&Method::POST, None) => {
+            let obj = parse_body(body, content_type)?;
+            Ok((201, api.create(now, &t.gvr, ns, obj)?))
+        }
+        (&Method::GET, Some(name)) => Ok((200, api.get(&t.gvr, ns, name)?)),
+        (&Method::PUT, Some(name)) => {
+            let obj = parse_body(body, content_type)?;
+            Ok((200, api.update(now, &t.gvr, ns, name, obj, sub)?))
+        }
+        (&Method::PATCH, Some(name)) => {
+            let p = parse_body(body, content_type)?;
+            let patch = if content_type.starts_with("application/json-patch+json") {
+                Patch::Json(p.as_array().cloned().ok_or_else(|| {
+                    ApiError::BadRequest("json patch must be an array".into())
+                })?)
+            } else {
+                Patch::Merge(p.clone())
+            };
+            let apply = content_type.starts_with("application/apply-patch");
+            match api.patch(now, &t.gvr, ns, name, &patch, sub) {
+                Err(ApiError::NotFound { .. }) if apply && !t.status => {
+                    let mut obj = p;
+                    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                        m.insert("name".into(), json!(name));
+                    }
+                    Ok((201, api.create(now, &t.gvr, ns, obj)?))
+                }
+                r => Ok((200, r?)),
+            }
+        }
+        (&Method::DELETE, Some(name)) => {
+            let opts: Value = if body.is_empty() {
+                json!({})
+            } else {
+                serde_json::from_slice(body).unwrap_or(json!({}))
+            };
+            let rv = opts
+                .pointer("/preconditions/resourceVersion")
+                .and_then(Value::as_str);
+            let uid = opts.pointer("/preconditions/uid").and_then(Value::as_str);
+            let before = api.peek(&t.gvr, ns, name).cloned();
+            match api.delete(now, &t.gvr, ns, name, rv, uid)? {
+                Some(terminating) => Ok((200, terminating)),
+                None => {
+                    let uid = before
+                        .as_ref()
+                        .and_then(|o| o.pointer("/metadata/uid"))
+                        .cloned()
+                        .unwrap_or(Value::Null);
+                    Ok((
+                        200,
+                        json!({
+                            "kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Success",
+                            "details": {"name": name, "group": t.gvr.group,
+                                        "kind": t.gvr.resource, "uid": uid}
+                        }),
+                    ))
+                }
+            }
+        }
+        _ => Err(ApiError::MethodNotAllowed(format!(
+            "method {method} not supported here"
+        ))),
+    }
+}
+
+/// Streams watch events as newline-delimited JSON until `timeoutSeconds` (default 290 s).
+async fn watch(shared: Arc<Shared>, t: Target, q: BTreeMap<String, String>) -> Response {
+    let selector = q.get("labelSelector").cloned();
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(290);
+    let bookmarks = is_true(q.get("allowWatchBookmarks"));
+    let start = q.get("resourceVersion").cloned().unwrap_or_default();
+    let mut rx = shared.changes.subscribe();
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(64);
+    let group = t.gvr.group.clone();
+    // Validate the selector before answering 200.
+    if let Err(e) = shared
+        .lock()
+        .events_since(&t.gvr, None, selector.as_deref(), u64::MAX - 1)
+    {
+        return error_response(&e, &group);
+    }
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+        let mut after: u64 = match start.parse::<u64>() {
+            Ok(rv) if rv > 0 => rv,
+            _ => {
+                // "" or "0": synthetic ADDED for everything that exists, then changes.
+                let (items, rv) = {
+                    let mut api = shared.lock();
+                    let (items, rv) = match api.list(
+                        &t.gvr,
+                        t.namespace.as_deref(),
+                        selector.as_deref(),
+                    ) {
+                        Ok(x) => x,
+                        Err(_) => (Vec::new(), api.resource_version()),
+                    };
+                    (items, rv)
+                };
+                for obj in items {
+                    let line = json!({"type": "ADDED", "object": obj}).to_string() + "\n";
+                    if tx.send(Ok(Bytes::from(line))).await.is_err() {
+                        return;
+                    }
+                }
+                rv
+            }
+        };
+        loop {
+            let batch = shared.lock().events_since(
+                &t.gvr,
+                t.namespace.as_deref(),
+                selector.as_deref(),
+                after,
+            );
+            let lines: Vec<String> = match batch {
+                Ok(evs) => {
+                    let mut lines = Vec::new();
+                    for e in evs {
+                        after = after.max(e.rv);
+                        let ty = match e.kind {
+                            EventType::Added => "ADDED",
+                            EventType::Modified => "MODIFIED",
+                            EventType::Deleted => "DELETED",
+                        };
+                        lines.push(json!({"type": ty, "object": e.object}).to_string() + "\n");
+                    }
+                    lines
+                }
+                Err(_) => {
+                    let gone = json!({"type": "ERROR", "object": {
+                        "kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "message": "too old resource version",
+                        "reason": "Expired", "code": 410}});
+                    let _ = tx.send(Ok(Bytes::from(gone.to_string() + "\n"))).await;
+                    return;
+                }
+            };
+            for line in lines {
+                if tx.send(Ok(Bytes::from(line))).await.is_err() {
+                    return;
+                }
+            }
+            rx.borrow_and_update();
+            tokio::select! {
+                r = rx.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tokio::time::sleep(Duration::from_secs(5)), if bookmarks => {
+                    let (kind, api_version) = bookmark_kind(&t.gvr);
+                    let bm = json!({"type": "BOOKMARK", "object": {
+                        "kind": kind, "apiVersion": api_version,
+                        "metadata": {"resourceVersion": after.to_string()}}});
+                    if tx.send(Ok(Bytes::from(bm.to_string() + "\n"))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+fn bookmark_kind(gvr: &Gvr) -> (String, String) {
+    let kind = ApiServer::new()
+        .list_object(gvr, Vec::new(), 0)
+        .get("kind")
+        .and_then(Value::as_str)
+        .and_then(|k| k.strip_suffix("List"))
+        .unwrap_or("")
+        .to_string();
+    (kind, gvr.api_version())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        let t = parse_path("/api/v1/namespaces/kube-system/secrets/x").unwrap();
+        assert_eq!(t.gvr, Gvr::secrets());
+        assert_eq!(t.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(t.name.as_deref(), Some("x"));
+        let t = parse_path("/apis/tidemark.dev/v1alpha1/namespaces/ns/etcdmirrors/m/status")
+            .unwrap();
+        assert!(t.status);
+        assert_eq!(t.gvr, Gvr::etcd_mirrors());
+        let t = parse_path("/apis/eno.azure.io/v1/compositions").unwrap();
+        assert_eq!(t.namespace, None);
+        assert!(parse_path("/healthz").is_none());
+    }
+
+    #[test]
+    fn decoding() {
+        assert_eq!(percent_decode("a%3Db%2Cc+in+%28x%29"), "a=b,c in (x)");
+        assert_eq!(percent_decode("100%"), "100%");
+    }
+}

@@ -1,0 +1,1247 @@
+//! A model Kubernetes apiserver: pure, deterministic, no clock and no IO.
+//!
+//! It keeps namespaced (and cluster-scoped, namespace `""`) objects as JSON and reproduces
+//! the semantics tidemark's inventory driver relies on: resourceVersion preconditions, 409
+//! `AlreadyExists`/`Conflict`, 404, 422 for Secret data over 1 MiB, finalizers and
+//! terminating objects, label selectors, uid/creationTimestamp assignment, metadata.generation
+//! bumps, and a watch event log. The simulator drives it directly; the conformance server in
+//! `tidemark-kube` serves the same model over HTTP to a real `kube::Client`, so one model backs
+//! both uses. Time is an argument ([`Instant`] read as nanoseconds since the Unix epoch).
+
+pub mod selector;
+
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, VecDeque};
+use tidemark_core::Instant;
+
+pub use selector::{Requirement, Selector, SelectorError};
+
+/// Secret data limit, counted on decoded bytes (as the apiserver does).
+pub const SECRET_DATA_LIMIT: usize = 1024 * 1024;
+
+/// Group, version and plural resource name: how the REST API addresses a collection.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Gvr {
+    /// API group, `""` for the core group.
+    pub group: String,
+    /// API version, e.g. `v1`.
+    pub version: String,
+    /// Plural resource name, e.g. `secrets`.
+    pub resource: String,
+}
+
+impl Gvr {
+    /// Builds a Gvr from its parts.
+    pub fn new(group: &str, version: &str, resource: &str) -> Gvr {
+        Gvr {
+            group: group.to_string(),
+            version: version.to_string(),
+            resource: resource.to_string(),
+        }
+    }
+
+    /// Core `v1` Secrets.
+    pub fn secrets() -> Gvr {
+        Gvr::new("", "v1", "secrets")
+    }
+
+    /// Eno Compositions.
+    pub fn compositions() -> Gvr {
+        Gvr::new("eno.azure.io", "v1", "compositions")
+    }
+
+    /// Eno ResourceSlices.
+    pub fn resource_slices() -> Gvr {
+        Gvr::new("eno.azure.io", "v1", "resourceslices")
+    }
+
+    /// tidemark EtcdMirrors (a later issue).
+    pub fn etcd_mirrors() -> Gvr {
+        Gvr::new("tidemark.dev", "v1alpha1", "etcdmirrors")
+    }
+
+    /// `apiVersion` as written in objects.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+/// What the model knows about a resource type beyond its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeInfo {
+    /// Kind written into stored objects.
+    pub kind: String,
+    /// Whether `/status` is a separate subresource (main-endpoint writes keep status).
+    pub status_subresource: bool,
+    /// Whether objects carry metadata.generation (CRDs do; Secrets do not).
+    pub generation: bool,
+}
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// The object itself.
+    Main,
+    /// The `/status` subresource.
+    Status,
+}
+
+/// An apiserver error, mapped one to one onto a `kind: Status` failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 404.
+    #[error("{resource} \"{name}\" not found")]
+    NotFound {
+        /// Plural resource.
+        resource: String,
+        /// Object name.
+        name: String,
+    },
+    /// 409 on create when the name exists.
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists {
+        /// Plural resource.
+        resource: String,
+        /// Object name.
+        name: String,
+    },
+    /// 409 on a stale resourceVersion or uid precondition.
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
+    Conflict {
+        /// Plural resource.
+        resource: String,
+        /// Object name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// 422.
+    #[error("{kind} \"{name}\" is invalid: {message}")]
+    Invalid {
+        /// Kind of the object.
+        kind: String,
+        /// Object name.
+        name: String,
+        /// Field and reason.
+        message: String,
+    },
+    /// 400.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 405.
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// 500, only ever injected.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// HTTP status code.
+    pub fn code(&self) -> u16 {
+        match self {
+            ApiError::NotFound { .. } => 404,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::Invalid { .. } => 422,
+            ApiError::BadRequest(_) => 400,
+            ApiError::MethodNotAllowed(_) => 405,
+            ApiError::Internal(_) => 500,
+        }
+    }
+
+    /// The `reason` field of the Status object.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::NotFound { .. } => "NotFound",
+            ApiError::AlreadyExists { .. } => "AlreadyExists",
+            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Invalid { .. } => "Invalid",
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
+            ApiError::Internal(_) => "InternalError",
+        }
+    }
+
+    /// The `kind: Status` failure body the apiserver sends.
+    pub fn status(&self, group: &str) -> Value {
+        let details = match self {
+            ApiError::NotFound { resource, name }
+            | ApiError::AlreadyExists { resource, name }
+            | ApiError::Conflict { resource, name, .. } => {
+                json!({"name": name, "group": group, "kind": resource})
+            }
+            ApiError::Invalid {
+                kind,
+                name,
+                message,
+            } => json!({
+                "name": name, "group": group, "kind": kind,
+                "causes": [{"reason": "FieldValueInvalid", "message": message}]
+            }),
+            _ => json!({}),
+        };
+        json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "details": details,
+            "code": self.code(),
+        })
+    }
+
+    /// Whether this is a 404.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, ApiError::NotFound { .. })
+    }
+
+    /// Whether this is a 409 of either kind.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self,
+            ApiError::Conflict { .. } | ApiError::AlreadyExists { .. }
+        )
+    }
+}
+
+/// The operation a fault applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// GET of one object.
+    Get,
+    /// LIST of a collection.
+    List,
+    /// POST.
+    Create,
+    /// PUT.
+    Update,
+    /// PATCH.
+    Patch,
+    /// DELETE.
+    Delete,
+    /// Any of create, update, patch, delete.
+    AnyWrite,
+}
+
+impl Op {
+    fn covers(self, actual: Op) -> bool {
+        self == actual
+            || (self == Op::AnyWrite
+                && matches!(actual, Op::Create | Op::Update | Op::Patch | Op::Delete))
+    }
+}
+
+/// An injected failure: the next matching request fails with `error` instead of running.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// Which operation.
+    pub op: Op,
+    /// Restricts to one resource type (plural name), if set.
+    pub resource: Option<String>,
+    /// Restricts to one object name, if set.
+    pub name: Option<String>,
+    /// What the request gets instead.
+    pub error: ApiError,
+}
+
+impl Fault {
+    /// The next write to `resource`/`name` answers 409 Conflict.
+    pub fn conflict_next_write(resource: &str, name: &str) -> Fault {
+        Fault {
+            op: Op::AnyWrite,
+            resource: Some(resource.to_string()),
+            name: Some(name.to_string()),
+            error: ApiError::Conflict {
+                resource: resource.to_string(),
+                name: name.to_string(),
+                message: "the object has been modified; please apply your changes to the latest version and try again".to_string(),
+            },
+        }
+    }
+}
+
+/// A watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Object created.
+    Added,
+    /// Object changed (including becoming terminating).
+    Modified,
+    /// Object removed.
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One entry of the watch log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchEvent {
+    /// The resourceVersion this change produced.
+    pub rv: u64,
+    /// Which collection.
+    pub gvr: Gvr,
+    /// Namespace of the object.
+    pub namespace: String,
+    /// What happened.
+    pub kind: EventType,
+    /// The object after the change (before it, for Deleted).
+    pub object: Value,
+}
+
+/// A JSON patch operation (RFC 6902) as kube sends it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Patch {
+    /// `application/merge-patch+json` (RFC 7386).
+    Merge(Value),
+    /// `application/json-patch+json`.
+    Json(Vec<Value>),
+}
+
+type Key = (Gvr, String, String);
+
+/// How many watch events the log keeps; older resourceVersions answer 410 Gone.
+const WATCH_LOG_LIMIT: usize = 100_000;
+
+/// The model apiserver.
+#[derive(Debug, Clone)]
+pub struct ApiServer {
+    objects: BTreeMap<Key, Value>,
+    types: BTreeMap<Gvr, TypeInfo>,
+    rv: u64,
+    uids: u64,
+    faults: VecDeque<Fault>,
+    log: VecDeque<WatchEvent>,
+}
+
+impl Default for ApiServer {
+    fn default() -> Self {
+        ApiServer::new()
+    }
+}
+
+impl ApiServer {
+    /// An empty apiserver knowing Secrets, ConfigMaps, Events, Compositions, ResourceSlices
+    /// and EtcdMirrors; other resources are accepted with the kind their objects carry.
+    pub fn new() -> ApiServer {
+        let mut s = ApiServer {
+            objects: BTreeMap::new(),
+            types: BTreeMap::new(),
+            rv: 0,
+            uids: 0,
+            faults: VecDeque::new(),
+            log: VecDeque::new(),
+        };
+        s.register(Gvr::secrets(), "Secret", false, false);
+        s.register(Gvr::new("", "v1", "configmaps"), "ConfigMap", false, false);
+        s.register(Gvr::new("", "v1", "events"), "Event", false, false);
+        s.register(
+            Gvr::new("events.k8s.io", "v1", "events"),
+            "Event",
+            false,
+            false,
+        );
+        s.register(Gvr::compositions(), "Composition", true, true);
+        s.register(Gvr::resource_slices(), "ResourceSlice", true, true);
+        s.register(Gvr::etcd_mirrors(), "EtcdMirror", true, true);
+        s
+    }
+
+    /// Declares a resource type.
+    pub fn register(&mut self, gvr: Gvr, kind: &str, status_subresource: bool, generation: bool) {
+        self.types.insert(
+            gvr,
+            TypeInfo {
+                kind: kind.to_string(),
+                status_subresource,
+                generation,
+            },
+        );
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    /// Queues a fault; faults fire in order, each once.
+    pub fn inject_fault(&mut self, fault: Fault) {
+        self.faults.push_back(fault);
+    }
+
+    /// Drops all pending faults.
+    pub fn clear_faults(&mut self) {
+        self.faults.clear();
+    }
+
+    /// Pending faults, for assertions.
+    pub fn pending_faults(&self) -> usize {
+        self.faults.len()
+    }
+
+    fn take_fault(&mut self, op: Op, gvr: &Gvr, name: &str) -> Result<(), ApiError> {
+        let pos = self.faults.iter().position(|f| {
+            f.op.covers(op)
+                && f.resource.as_ref().is_none_or(|r| *r == gvr.resource)
+                && f.name.as_ref().is_none_or(|n| n == name)
+        });
+        match pos.and_then(|p| self.faults.remove(p)) {
+            Some(f) => Err(f.error),
+            None => Ok(()),
+        }
+    }
+
+    fn next_rv(&mut self) -> u64 {
+        self.rv += 1;
+        self.rv
+    }
+
+    fn next_uid(&mut self) -> String {
+        self.uids += 1;
+        let n = self.uids;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    }
+
+    fn kind_of(&self, gvr: &Gvr, obj: &Value) -> String {
+        match self.types.get(gvr) {
+            Some(t) => t.kind.clone(),
+            None => obj
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("Unknown")
+                .to_string(),
+        }
+    }
+
+    fn info(&self, gvr: &Gvr) -> TypeInfo {
+        self.types.get(gvr).cloned().unwrap_or(TypeInfo {
+            kind: String::new(),
+            status_subresource: false,
+            generation: true,
+        })
+    }
+
+    fn record(&mut self, kind: EventType, gvr: &Gvr, namespace: &str, object: Value) {
+        self.log.push_back(WatchEvent {
+            rv: self.rv,
+            gvr: gvr.clone(),
+            namespace: namespace.to_string(),
+            kind,
+            object,
+        });
+        while self.log.len() > WATCH_LOG_LIMIT {
+            self.log.pop_front();
+        }
+    }
+
+    /// POST: creates `obj` in `namespace`.
+    pub fn create(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        mut obj: Value,
+    ) -> Result<Value, ApiError> {
+        let requested = meta_str(&obj, "name").unwrap_or_default();
+        self.take_fault(Op::Create, gvr, &requested)?;
+        if !obj.is_object() {
+            return Err(ApiError::BadRequest("body must be an object".into()));
+        }
+        let body_ns = meta_str(&obj, "namespace").unwrap_or_default();
+        if !body_ns.is_empty() && body_ns != namespace {
+            return Err(ApiError::BadRequest(format!(
+                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({namespace})"
+            )));
+        }
+        let kind = self.kind_of(gvr, &obj);
+        let mut name = requested;
+        if name.is_empty() {
+            match meta_str(&obj, "generateName") {
+                Some(prefix) if !prefix.is_empty() => {
+                    name = format!("{prefix}{:05x}", (self.uids + 1) & 0xfffff);
+                }
+                _ => {
+                    return Err(ApiError::Invalid {
+                        kind,
+                        name: String::new(),
+                        message: "metadata.name: Required value: name or generateName is required"
+                            .into(),
+                    })
+                }
+            }
+        }
+        validate_name(&kind, &name)?;
+        let key = (gvr.clone(), namespace.to_string(), name.clone());
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::AlreadyExists {
+                resource: gvr.resource.clone(),
+                name,
+            });
+        }
+        normalize_secret(gvr, &kind, &name, &mut obj)?;
+        let info = self.info(gvr);
+        let rv = self.next_rv();
+        let uid = self.next_uid();
+        let o = obj_mut(&mut obj);
+        o.insert("apiVersion".into(), json!(gvr.api_version()));
+        o.insert("kind".into(), json!(kind));
+        if info.status_subresource {
+            o.remove("status");
+        }
+        let m = meta_mut(&mut obj);
+        m.insert("name".into(), json!(name));
+        if namespace.is_empty() {
+            m.remove("namespace");
+        } else {
+            m.insert("namespace".into(), json!(namespace));
+        }
+        m.insert("uid".into(), json!(uid));
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        m.insert("creationTimestamp".into(), json!(rfc3339(now)));
+        m.remove("deletionTimestamp");
+        m.remove("deletionGracePeriodSeconds");
+        if info.generation {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
+        self.objects.insert(key, obj.clone());
+        self.record(EventType::Added, gvr, namespace, obj.clone());
+        Ok(obj)
+    }
+
+    /// GET.
+    pub fn get(&mut self, gvr: &Gvr, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.take_fault(Op::Get, gvr, name)?;
+        self.peek(gvr, namespace, name)
+            .cloned()
+            .ok_or_else(|| not_found(gvr, name))
+    }
+
+    /// Reads an object without consuming faults (for tests and invariants).
+    pub fn peek(&self, gvr: &Gvr, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(&(gvr.clone(), namespace.to_string(), name.to_string()))
+    }
+
+    /// LIST in one namespace (or all namespaces with `None`), filtered by a label selector
+    /// string. Returns the items sorted by namespace and name, and the list resourceVersion.
+    pub fn list(
+        &mut self,
+        gvr: &Gvr,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<(Vec<Value>, u64), ApiError> {
+        self.take_fault(Op::List, gvr, "")?;
+        let sel = Selector::parse(label_selector.unwrap_or(""))
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let items = self
+            .objects
+            .iter()
+            .filter(|((g, ns, _), obj)| {
+                g == gvr
+                    && namespace.is_none_or(|n| n == ns)
+                    && sel.matches(&string_map(obj, "labels"))
+            })
+            .map(|(_, obj)| obj.clone())
+            .collect();
+        Ok((items, self.rv))
+    }
+
+    /// The `{kind}List` object the REST API returns for a list.
+    pub fn list_object(&mut self, gvr: &Gvr, items: Vec<Value>, rv: u64) -> Value {
+        let kind = self
+            .types
+            .get(gvr)
+            .map(|t| t.kind.clone())
+            .or_else(|| {
+                items
+                    .first()
+                    .and_then(|o| o.get("kind"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_default();
+        json!({
+            "apiVersion": gvr.api_version(),
+            "kind": format!("{kind}List"),
+            "metadata": {"resourceVersion": rv.to_string()},
+            "items": items,
+        })
+    }
+
+    /// PUT: replaces the object. A non-empty metadata.resourceVersion is a precondition.
+    pub fn update(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        name: &str,
+        obj: Value,
+        sub: Subresource,
+    ) -> Result<Value, ApiError> {
+        self.take_fault(Op::Update, gvr, name)?;
+        self.replace(now, gvr, namespace, name, obj, sub)
+    }
+
+    fn replace(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        name: &str,
+        mut obj: Value,
+        sub: Subresource,
+    ) -> Result<Value, ApiError> {
+        let key = (gvr.clone(), namespace.to_string(), name.to_string());
+        let current = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(gvr, name))?;
+        if !obj.is_object() {
+            return Err(ApiError::BadRequest("body must be an object".into()));
+        }
+        let kind = self.kind_of(gvr, &current);
+        if let Some(body_name) = meta_str(&obj, "name") {
+            if !body_name.is_empty() && body_name != name {
+                return Err(ApiError::BadRequest(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                )));
+            }
+        }
+        let cur_rv = meta_str(&current, "resourceVersion").unwrap_or_default();
+        if let Some(want) = meta_str(&obj, "resourceVersion") {
+            if !want.is_empty() && want != cur_rv {
+                return Err(conflict(gvr, name));
+            }
+        }
+        if let Some(uid) = meta_str(&obj, "uid") {
+            let cur_uid = meta_str(&current, "uid").unwrap_or_default();
+            if !uid.is_empty() && uid != cur_uid {
+                return Err(ApiError::Conflict {
+                    resource: gvr.resource.clone(),
+                    name: name.to_string(),
+                    message: format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {cur_uid}"
+                    ),
+                });
+            }
+        }
+        let info = self.info(gvr);
+        let mut next = match sub {
+            Subresource::Status => {
+                // Only status moves; everything else stays as stored.
+                let mut next = current.clone();
+                match obj.get("status") {
+                    Some(s) => obj_mut(&mut next).insert("status".into(), s.clone()),
+                    None => obj_mut(&mut next).remove("status"),
+                };
+                next
+            }
+            Subresource::Main => {
+                normalize_secret(gvr, &kind, name, &mut obj)?;
+                if info.status_subresource {
+                    match current.get("status") {
+                        Some(s) => obj_mut(&mut obj).insert("status".into(), s.clone()),
+                        None => obj_mut(&mut obj).remove("status"),
+                    };
+                }
+                // Server-owned metadata survives whatever the client sent.
+                let cm = current.get("metadata").cloned().unwrap_or(json!({}));
+                let m = meta_mut(&mut obj);
+                for k in [
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                    "generation",
+                ] {
+                    match cm.get(k) {
+                        Some(v) => m.insert(k.into(), v.clone()),
+                        None => m.remove(k),
+                    };
+                }
+                m.insert("name".into(), json!(name));
+                if namespace.is_empty() {
+                    m.remove("namespace");
+                } else {
+                    m.insert("namespace".into(), json!(namespace));
+                }
+                let o = obj_mut(&mut obj);
+                o.insert("apiVersion".into(), json!(gvr.api_version()));
+                o.insert("kind".into(), json!(kind));
+                obj
+            }
+        };
+        if info.generation && spec_changed(&current, &next) {
+            let g = current
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta_mut(&mut next).insert("generation".into(), json!(g + 1));
+        }
+        // Terminating objects whose last finalizer went away are removed.
+        let terminating = current.pointer("/metadata/deletionTimestamp").is_some();
+        let no_finalizers = next
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(|a| a.is_empty());
+        if strip_rv(&current) == strip_rv(&next) {
+            // A no-op write does not move the resourceVersion.
+            return Ok(current);
+        }
+        let _ = now;
+        let rv = self.next_rv();
+        meta_mut(&mut next).insert("resourceVersion".into(), json!(rv.to_string()));
+        if terminating && no_finalizers {
+            self.objects.remove(&key);
+            self.record(EventType::Deleted, gvr, namespace, next.clone());
+        } else {
+            self.objects.insert(key, next.clone());
+            self.record(EventType::Modified, gvr, namespace, next.clone());
+        }
+        Ok(next)
+    }
+
+    /// PATCH: merge or JSON patch. A metadata.resourceVersion in the patched result that
+    /// differs from the stored one is a precondition failure (409), as in Kubernetes.
+    pub fn patch(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        name: &str,
+        patch: &Patch,
+        sub: Subresource,
+    ) -> Result<Value, ApiError> {
+        self.take_fault(Op::Patch, gvr, name)?;
+        let current = self
+            .peek(gvr, namespace, name)
+            .cloned()
+            .ok_or_else(|| not_found(gvr, name))?;
+        let kind = self.kind_of(gvr, &current);
+        let patched = match patch {
+            Patch::Merge(p) => {
+                let mut t = current.clone();
+                merge_patch(&mut t, p);
+                t
+            }
+            Patch::Json(ops) => json_patch(&current, ops).map_err(|message| ApiError::Invalid {
+                kind: kind.clone(),
+                name: name.to_string(),
+                message,
+            })?,
+        };
+        self.replace(now, gvr, namespace, name, patched, sub)
+    }
+
+    /// Sets (or with `None` removes) metadata annotations, optionally only if the object is
+    /// still at `resource_version`.
+    pub fn patch_annotations(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        name: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+        resource_version: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let mut ann = Map::new();
+        for (k, v) in annotations {
+            ann.insert(k.clone(), v.as_ref().map_or(Value::Null, |s| json!(s)));
+        }
+        let mut meta = json!({ "annotations": ann });
+        if let Some(rv) = resource_version {
+            obj_mut(&mut meta).insert("resourceVersion".into(), json!(rv));
+        }
+        self.patch(
+            now,
+            gvr,
+            namespace,
+            name,
+            &Patch::Merge(json!({ "metadata": meta })),
+            Subresource::Main,
+        )
+    }
+
+    /// DELETE with optional resourceVersion/uid preconditions. Objects with finalizers become
+    /// terminating (deletionTimestamp set) and the terminating object is returned; otherwise
+    /// the object is removed and `None` is returned.
+    pub fn delete(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        name: &str,
+        precondition_rv: Option<&str>,
+        precondition_uid: Option<&str>,
+    ) -> Result<Option<Value>, ApiError> {
+        self.take_fault(Op::Delete, gvr, name)?;
+        let key = (gvr.clone(), namespace.to_string(), name.to_string());
+        let current = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(gvr, name))?;
+        if let Some(rv) = precondition_rv {
+            if meta_str(&current, "resourceVersion").as_deref() != Some(rv) {
+                return Err(ApiError::Conflict {
+                    resource: gvr.resource.clone(),
+                    name: name.to_string(),
+                    message: format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        meta_str(&current, "resourceVersion").unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        if let Some(uid) = precondition_uid {
+            if meta_str(&current, "uid").as_deref() != Some(uid) {
+                return Err(ApiError::Conflict {
+                    resource: gvr.resource.clone(),
+                    name: name.to_string(),
+                    message: format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta_str(&current, "uid").unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        let has_finalizers = current
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        if has_finalizers {
+            if current.pointer("/metadata/deletionTimestamp").is_some() {
+                return Ok(Some(current));
+            }
+            let mut next = current;
+            let rv = self.next_rv();
+            let m = meta_mut(&mut next);
+            m.insert("deletionTimestamp".into(), json!(rfc3339(now)));
+            m.insert("deletionGracePeriodSeconds".into(), json!(0));
+            m.insert("resourceVersion".into(), json!(rv.to_string()));
+            self.objects.insert(key, next.clone());
+            self.record(EventType::Modified, gvr, namespace, next.clone());
+            Ok(Some(next))
+        } else {
+            self.objects.remove(&key);
+            let rv = self.next_rv();
+            let mut gone = current;
+            meta_mut(&mut gone).insert("resourceVersion".into(), json!(rv.to_string()));
+            self.record(EventType::Deleted, gvr, namespace, gone);
+            Ok(None)
+        }
+    }
+
+    /// Fault helper: makes an object terminating by adding a finalizer (if it has none) and
+    /// setting deletionTimestamp, as a stuck deletion looks in a real cluster.
+    pub fn mark_terminating(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let key = (gvr.clone(), namespace.to_string(), name.to_string());
+        let mut obj = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| not_found(gvr, name))?;
+        let rv = self.next_rv();
+        let m = meta_mut(&mut obj);
+        let fins = m.entry("finalizers").or_insert_with(|| json!([]));
+        if fins.as_array().is_none_or(|a| a.is_empty()) {
+            *fins = json!(["tidemark.dev/test-hold"]);
+        }
+        m.entry("deletionTimestamp")
+            .or_insert_with(|| json!(rfc3339(now)));
+        m.insert("resourceVersion".into(), json!(rv.to_string()));
+        self.objects.insert(key, obj.clone());
+        self.record(EventType::Modified, gvr, namespace, obj.clone());
+        Ok(obj)
+    }
+
+    /// Watch events for `gvr` (in `namespace`, or all) matching the selector with a
+    /// resourceVersion above `after`. `Err` means `after` fell out of the log (410 Gone).
+    pub fn events_since(
+        &self,
+        gvr: &Gvr,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+        after: u64,
+    ) -> Result<Vec<WatchEvent>, ApiError> {
+        let sel = Selector::parse(label_selector.unwrap_or(""))
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        if let Some(first) = self.log.front() {
+            if after + 1 < first.rv && after < self.rv {
+                return Err(ApiError::Internal("Gone: too old resource version".into()));
+            }
+        }
+        Ok(self
+            .log
+            .iter()
+            .filter(|e| {
+                e.rv > after
+                    && e.gvr == *gvr
+                    && namespace.is_none_or(|n| n == e.namespace)
+                    && sel.matches(&string_map(&e.object, "labels"))
+            })
+            .cloned()
+            .collect())
+    }
+
+    /// Every stored object of one type, for invariant checks.
+    pub fn all(&self, gvr: &Gvr) -> Vec<&Value> {
+        self.objects
+            .iter()
+            .filter(|((g, _, _), _)| g == gvr)
+            .map(|(_, v)| v)
+            .collect()
+    }
+}
+
+fn not_found(gvr: &Gvr, name: &str) -> ApiError {
+    ApiError::NotFound {
+        resource: gvr.resource.clone(),
+        name: name.to_string(),
+    }
+}
+
+fn conflict(gvr: &Gvr, name: &str) -> ApiError {
+    ApiError::Conflict {
+        resource: gvr.resource.clone(),
+        name: name.to_string(),
+        message: "the object has been modified; please apply your changes to the latest version and try again".into(),
+    }
+}
+
+fn validate_name(kind: &str, name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            message: format!(
+                "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+            ),
+        })
+    }
+}
+
+/// Folds stringData into data and enforces the 1 MiB decoded-size limit.
+fn normalize_secret(gvr: &Gvr, kind: &str, name: &str, obj: &mut Value) -> Result<(), ApiError> {
+    if gvr.group.is_empty() && gvr.resource == "secrets" {
+        let invalid = |message: String| ApiError::Invalid {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            message,
+        };
+        let o = obj_mut(obj);
+        if let Some(sd) = o.remove("stringData") {
+            let data = o.entry("data").or_insert_with(|| json!({}));
+            if let (Some(d), Some(sd)) = (data.as_object_mut(), sd.as_object()) {
+                for (k, v) in sd {
+                    d.insert(k.clone(), json!(b64_encode(v.as_str().unwrap_or("").as_bytes())));
+                }
+            }
+        }
+        let mut total = 0usize;
+        if let Some(data) = o.get("data").and_then(Value::as_object) {
+            for (k, v) in data {
+                let s = v.as_str().unwrap_or("");
+                total += b64_decoded_len(s)
+                    .ok_or_else(|| invalid(format!("data[{k}]: Invalid value: illegal base64 data")))?;
+            }
+        }
+        if total > SECRET_DATA_LIMIT {
+            return Err(invalid(format!(
+                "data: Too long: may not be more than {SECRET_DATA_LIMIT} bytes"
+            )));
+        }
+        if o.get("type").is_none_or(Value::is_null) {
+            o.insert("type".into(), json!("Opaque"));
+        }
+    }
+    Ok(())
+}
+
+fn b64_decoded_len(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    if b.len() % 4 != 0 {
+        return None;
+    }
+    let ok = b
+        .iter()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='));
+    if !ok {
+        return None;
+    }
+    let pad = b.iter().rev().take_while(|&&c| c == b'=').count();
+    if pad > 2 {
+        return None;
+    }
+    Some(b.len() / 4 * 3 - pad)
+}
+
+fn b64_encode(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = (u32::from(chunk[0]) << 16)
+            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*chunk.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(T[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Whether anything outside metadata and status changed.
+fn spec_changed(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("metadata");
+            o.remove("status");
+        }
+        v
+    };
+    strip(a) != strip(b)
+}
+
+fn strip_rv(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    v
+}
+
+fn obj_mut(v: &mut Value) -> &mut Map<String, Value> {
+    if !v.is_object() {
+        *v = json!({});
+    }
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("just made an object"),
+    }
+}
+
+fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
+    let o = obj_mut(v);
+    let m = o.entry("metadata").or_insert_with(|| json!({}));
+    obj_mut(m)
+}
+
+/// A string field of metadata.
+pub fn meta_str(v: &Value, field: &str) -> Option<String> {
+    v.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// metadata.labels or metadata.annotations as a map (non-string values skipped).
+pub fn string_map(v: &Value, field: &str) -> BTreeMap<String, String> {
+    v.get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// RFC 7386 merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            let t = obj_mut(target);
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn unescape(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
+fn split_pointer(path: &str) -> Result<(String, String), String> {
+    if path.is_empty() {
+        return Err("cannot operate on the whole document".into());
+    }
+    let (parent, last) = path
+        .rsplit_once('/')
+        .ok_or_else(|| format!("invalid path {path}"))?;
+    Ok((parent.to_string(), unescape(last)))
+}
+
+fn pointer_mut<'a>(doc: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    if path.is_empty() {
+        return Some(doc);
+    }
+    let mut cur = doc;
+    for raw in path.strip_prefix('/')?.split('/') {
+        let t = unescape(raw);
+        cur = match cur {
+            Value::Object(m) => m.get_mut(&t)?,
+            Value::Array(a) => a.get_mut(t.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+fn add_at(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let (parent, last) = split_pointer(path)?;
+    match pointer_mut(doc, &parent) {
+        Some(Value::Object(m)) => {
+            m.insert(last, value);
+            Ok(())
+        }
+        Some(Value::Array(a)) => {
+            if last == "-" {
+                a.push(value);
+                return Ok(());
+            }
+            let i: usize = last.parse().map_err(|_| format!("bad index in {path}"))?;
+            if i > a.len() {
+                return Err(format!("index out of range in {path}"));
+            }
+            a.insert(i, value);
+            Ok(())
+        }
+        _ => Err(format!("missing parent for {path}")),
+    }
+}
+
+fn remove_at(doc: &mut Value, path: &str) -> Result<Value, String> {
+    let (parent, last) = split_pointer(path)?;
+    match pointer_mut(doc, &parent) {
+        Some(Value::Object(m)) => m.remove(&last).ok_or_else(|| format!("missing {path}")),
+        Some(Value::Array(a)) => {
+            let i: usize = last.parse().map_err(|_| format!("bad index in {path}"))?;
+            if i >= a.len() {
+                return Err(format!("index out of range in {path}"));
+            }
+            Ok(a.remove(i))
+        }
+        _ => Err(format!("missing parent for {path}")),
+    }
+}
+
+/// RFC 6902 JSON patch: add, remove, replace, move, copy, test.
+pub fn json_patch(doc: &Value, ops: &[Value]) -> Result<Value, String> {
+    let mut out = doc.clone();
+    for op in ops {
+        let kind = op.get("op").and_then(Value::as_str).unwrap_or("");
+        let path = op
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or("operation without path")?;
+        let value = || op.get("value").cloned().ok_or("operation without value");
+        let from = || op.get("from").and_then(Value::as_str).ok_or("operation without from");
+        match kind {
+            "add" => add_at(&mut out, path, value()?)?,
+            "remove" => {
+                remove_at(&mut out, path)?;
+            }
+            "replace" => {
+                let slot = pointer_mut(&mut out, path).ok_or(format!("missing {path}"))?;
+                *slot = value()?;
+            }
+            "move" => {
+                let v = remove_at(&mut out, from()?)?;
+                add_at(&mut out, path, v)?;
+            }
+            "copy" => {
+                let v = out.pointer(from()?).cloned().ok_or("missing from")?;
+                add_at(&mut out, path, v)?;
+            }
+            "test" => {
+                if out.pointer(path) != Some(&value()?) {
+                    return Err(format!("test failed at {path}"));
+                }
+            }
+            other => return Err(format!("unknown op {other:?}")),
+        }
+    }
+    Ok(out)
+}
+
+/// Formats an [`Instant`] (nanoseconds since the Unix epoch) as RFC 3339 with second
+/// precision, as metav1.Time serialises.
+pub fn rfc3339(now: Instant) -> String {
+    let secs = now.as_nanos() / 1_000_000_000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests;
