@@ -447,3 +447,280 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
         entries,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::secret::{build_snapshot_secrets, SnapshotSource};
+    use proptest::prelude::*;
+
+    const L: &str = "0123456789abcdef0123456789abcdef";
+
+    fn entries(n: usize, tag: &str) -> Vec<Entry> {
+        (0..n)
+            .map(|i| Entry {
+                group: String::new(),
+                version: "v1".into(),
+                kind: "ConfigMap".into(),
+                namespace: Some("ns".into()),
+                name: format!("{tag}-{i:04}"),
+                labels: None,
+                annotations: None,
+            })
+            .collect()
+    }
+
+    fn snap(uuid: &str, t: &str, comp: &str, e: &[Entry], limit: usize) -> Vec<Secret> {
+        let src = SnapshotSource {
+            lineage: L.into(),
+            composition_name: comp.into(),
+            composition_namespace: "ns".into(),
+            synthesizer_name: "syn".into(),
+            synthesis_uuid: uuid.into(),
+            synthesized: Timestamp::parse_rfc3339(t).unwrap(),
+        };
+        build_snapshot_secrets(&src, e, "kube-system", limit).unwrap()
+    }
+
+    fn reason(s: &Selection) -> Option<Reason> {
+        match s {
+            Selection::Invalid(i) => Some(i.reason),
+            _ => None,
+        }
+    }
+
+    fn sel(secrets: &[Secret]) -> Selection {
+        select_with_limit(secrets, L, 1000)
+    }
+
+    const T1: &str = "2026-12-02T14:00:00Z";
+    const T2: &str = "2026-12-02T14:00:00.5Z";
+
+    #[test]
+    fn selects_newest_complete() {
+        let old = snap("a", T1, "comp", &entries(30, "old"), 1000);
+        let new = snap("b", T2, "comp2", &entries(40, "new"), 1000);
+        assert!(new.len() > 2);
+        let all: Vec<Secret> = old.iter().chain(&new).cloned().collect();
+        let Selection::Selected(s) = sel(&all) else {
+            panic!("{:?}", sel(&all))
+        };
+        assert_eq!(s.synthesis_uuid, "b");
+        assert_eq!(s.entries, entries(40, "new"));
+        assert_eq!(s.composition_name, "comp2");
+        assert_eq!(s.secret_names.len(), new.len());
+        assert_eq!(select(&[], L), Selection::None);
+        // Other lineages and terminating Secrets are invisible.
+        let mut t = new.clone();
+        for x in &mut t {
+            x.terminating = true;
+        }
+        assert_eq!(sel(&t), Selection::None);
+        let j = sel(&new).inspect_json(Some(&entries(1, "t")));
+        assert_eq!(j["outcome"], "selected");
+        assert_eq!(j["synthesized"], "2026-12-02T14:00:00.500000000Z");
+        assert_eq!(j["tombstones"][0]["name"], "t-0000");
+        assert!(j["tombstones"][0].get("labels").is_none());
+    }
+
+    #[test]
+    fn newest_incomplete_never_falls_back() {
+        let old = snap("a", T1, "comp", &entries(5, "old"), 1000);
+        let mut new = snap("b", T2, "comp", &entries(40, "new"), 1000);
+        new.remove(1);
+        let all: Vec<Secret> = old.iter().chain(&new).cloned().collect();
+        assert_eq!(reason(&sel(&all)), Some(Reason::MissingChunk));
+        // A terminating newest chunk counts as missing.
+        let mut new = snap("b", T2, "comp", &entries(40, "new"), 1000);
+        new[0].terminating = true;
+        assert_eq!(reason(&sel(&new)), Some(Reason::MissingChunk));
+    }
+
+    #[test]
+    fn older_incomplete_groups_are_ignored() {
+        let mut old = snap("a", T1, "comp", &entries(40, "old"), 1000);
+        old.remove(0);
+        let new = snap("b", T2, "comp", &entries(3, "new"), 1000);
+        let all: Vec<Secret> = old.iter().chain(&new).cloned().collect();
+        assert!(matches!(sel(&all), Selection::Selected(s) if s.synthesis_uuid == "b"));
+    }
+
+    #[test]
+    fn eno_written_secrets_without_hashes_are_accepted() {
+        let mut s = snap("b", T1, "comp", &entries(40, "new"), 1000);
+        for x in &mut s {
+            x.annotations.remove(ANN_CHUNK_SHA256);
+            x.annotations.remove(ANN_SNAPSHOT_SHA256);
+            x.annotations.remove(ANN_LINEAGE);
+            // Eno writes whole seconds.
+            x.annotations
+                .insert(ANN_SYNTHESIZED.into(), "2026-12-02T14:00:00Z".into());
+        }
+        assert!(matches!(sel(&s), Selection::Selected(_)));
+    }
+
+    #[test]
+    fn every_reason() {
+        let base = || snap("b", T2, "comp", &entries(40, "x"), 1000);
+        let check = |secrets: Vec<Secret>, want: Reason| {
+            assert_eq!(reason(&sel(&secrets)), Some(want), "{:?}", sel(&secrets));
+        };
+        // DuplicateChunk: chunk 0 stored twice under different names.
+        let mut s = base();
+        let mut dup = s[0].clone();
+        dup.name = "copy".into();
+        s.push(dup);
+        check(s, Reason::DuplicateChunk);
+        // MixedSnapshot: same UUID, different count.
+        let mut s = base();
+        s[1].annotations.insert(ANN_CHUNK_COUNT.into(), "9".into());
+        check(s, Reason::MixedSnapshot);
+        // MixedSnapshot: same UUID, different (but parseable) time.
+        let mut s = base();
+        s[1].annotations.insert(ANN_SYNTHESIZED.into(), T1.into());
+        check(s, Reason::MixedSnapshot);
+        // MalformedChunk: data not an array of entries (hash annotation removed).
+        let mut s = base();
+        s[0].data.insert(DATA_KEY.into(), b"{\"x\":1}".to_vec());
+        s[0].annotations.remove(ANN_CHUNK_SHA256);
+        s.iter_mut().for_each(|x| {
+            x.annotations.remove(ANN_SNAPSHOT_SHA256);
+        });
+        check(s, Reason::MalformedChunk);
+        // HashMismatch: a hand edit.
+        let mut s = base();
+        s[0].data.insert(DATA_KEY.into(), b"[]".to_vec());
+        check(s, Reason::HashMismatch);
+        // HashMismatch on the snapshot hash only.
+        let mut s = base();
+        let h = "0".repeat(64);
+        s.iter_mut().for_each(|x| {
+            x.annotations.insert(ANN_SNAPSHOT_SHA256.into(), h.clone());
+        });
+        check(s, Reason::HashMismatch);
+        // AmbiguousTimestamp: another UUID at the same instant (different precision text).
+        let mut s = base();
+        let mut other = snap(
+            "c",
+            "2026-12-02T14:00:00.500000000Z",
+            "comp2",
+            &entries(1, "y"),
+            1000,
+        );
+        s.append(&mut other);
+        check(s, Reason::AmbiguousTimestamp);
+        // BadTimestamp, even on an older group.
+        let mut s = base();
+        let mut older = snap("a", T1, "comp", &entries(1, "y"), 1000);
+        older[0]
+            .annotations
+            .insert(ANN_SYNTHESIZED.into(), "yesterday".into());
+        s.append(&mut older);
+        check(s, Reason::BadTimestamp);
+        // NameMismatch.
+        let mut s = base();
+        s[0].name = "renamed".into();
+        check(s, Reason::NameMismatch);
+        // UnsupportedFormat.
+        let mut s = base();
+        s[2].annotations
+            .insert(ANN_FORMAT_VERSION.into(), "2".into());
+        check(s, Reason::UnsupportedFormat);
+        // TooLarge: a chunk over the limit, or an absurd count.
+        let s = snap("b", T2, "comp", &entries(40, "x"), 5000);
+        assert_eq!(reason(&sel(&s)), Some(Reason::TooLarge));
+        let mut s = snap("b", T2, "comp", &entries(1, "x"), 1000);
+        s[0].annotations
+            .insert(ANN_CHUNK_COUNT.into(), "100000".into());
+        check(s, Reason::TooLarge);
+        // LineageConflict: labelled one lineage, annotated another.
+        let mut s = base();
+        s[0].annotations.insert(ANN_LINEAGE.into(), "ffff".into());
+        check(s, Reason::LineageConflict);
+        // MalformedChunk: a bad index, no UUID.
+        let mut s = base();
+        s[0].annotations.insert(ANN_CHUNK_INDEX.into(), "-1".into());
+        check(s, Reason::MalformedChunk);
+        let mut s = base();
+        s[0].annotations.remove(ANN_SYNTHESIS_UUID);
+        check(s, Reason::MalformedChunk);
+    }
+
+    /// Builds two snapshots A (older) and B (newer) of one Composition, so they share
+    /// Secret names, as a non-atomic replacement leaves them.
+    fn two_snapshots(na: usize, nb: usize) -> (Vec<Secret>, Vec<Secret>) {
+        (
+            snap("a", T1, "comp", &entries(na, "a"), 600),
+            snap("b", T2, "comp", &entries(nb, "b"), 600),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn independent_of_input_order(
+            na in 0usize..40, nb in 0usize..40,
+            picks in proptest::collection::vec(0u8..4, 0..20),
+            seed in proptest::collection::vec(any::<u32>(), 0..64),
+        ) {
+            let (a, b) = two_snapshots(na, nb);
+            // Mix: for each index take A's, B's, both, or neither.
+            let mut input = Vec::new();
+            for i in 0..a.len().max(b.len()) {
+                let p = picks.get(i).copied().unwrap_or(1);
+                if p & 1 == 1 { if let Some(x) = b.get(i) { input.push(x.clone()); } }
+                if p & 2 == 2 { if let Some(x) = a.get(i) { input.push(x.clone()); } }
+            }
+            let expected = sel(&input);
+            // Deterministic permutation from the seed.
+            let mut shuffled = input.clone();
+            for (k, r) in seed.iter().enumerate() {
+                if shuffled.len() > 1 {
+                    let i = k % shuffled.len();
+                    let j = (*r as usize) % shuffled.len();
+                    shuffled.swap(i, j);
+                }
+            }
+            prop_assert_eq!(sel(&shuffled), expected.clone());
+            shuffled.reverse();
+            prop_assert_eq!(sel(&shuffled), expected);
+        }
+
+        #[test]
+        fn never_selects_a_mixed_snapshot(
+            na in 0usize..40, nb in 0usize..40,
+            picks in proptest::collection::vec(0u8..4, 0..20),
+            swap_data in proptest::collection::vec(any::<bool>(), 0..20),
+            strip_hashes in any::<bool>(),
+        ) {
+            let (a, b) = two_snapshots(na, nb);
+            let mut input = Vec::new();
+            for i in 0..a.len().max(b.len()) {
+                let p = picks.get(i).copied().unwrap_or(1);
+                let mut take = |x: Option<&Secret>| {
+                    if let Some(x) = x {
+                        let mut x = x.clone();
+                        // A hand edit / mixed write: the other snapshot's bytes under these annotations.
+                        if !strip_hashes && swap_data.get(i).copied().unwrap_or(false) {
+                            let other = if x.annotations[ANN_SYNTHESIS_UUID] == "a" { b.get(i) } else { a.get(i) };
+                            if let Some(o) = other { x.data = o.data.clone(); }
+                        }
+                        if strip_hashes {
+                            x.annotations.remove(ANN_CHUNK_SHA256);
+                            x.annotations.remove(ANN_SNAPSHOT_SHA256);
+                        }
+                        input.push(x);
+                    }
+                };
+                if p & 1 == 1 { take(b.get(i)); }
+                if p & 2 == 2 { take(a.get(i)); }
+            }
+            if let Selection::Selected(s) = sel(&input) {
+                let want = if s.synthesis_uuid == "a" { entries(na, "a") } else { entries(nb, "b") };
+                prop_assert_eq!(&s.entries, &want);
+                // Selected is always the newest UUID present.
+                let newest_present = input.iter().any(|x| x.annotations[ANN_SYNTHESIS_UUID] == "b");
+                prop_assert_eq!(s.synthesis_uuid == "b", newest_present);
+            }
+        }
+    }
+}
