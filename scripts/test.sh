@@ -18,10 +18,10 @@ step "cargo fmt --check"
 cargo fmt --all --check
 
 step "cargo clippy (all targets, -D warnings)"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test --workspace"
-cargo test --workspace --locked
+cargo test --workspace
 
 if [ -x scripts/sim-batch.sh ]; then
   step "simulator seed batch"
