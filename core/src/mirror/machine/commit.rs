@@ -1,0 +1,505 @@
+//! The commit pipeline: one fenced Txn in flight, and what its outcome means.
+
+use super::*;
+
+impl Mirror {
+    /// Starts the next unit of target work if nothing is in flight.
+    pub(super) fn pump(&mut self, now: Instant) {
+        if self.stage == Stage::Stopped || self.committing || self.shutdown {
+            return;
+        }
+        let replaying = self
+            .gen
+            .as_ref()
+            .is_some_and(|g| g.step == GenStep::Replaying);
+        if self.stage == Stage::Tail || replaying {
+            while let Some(b) = self.batcher.pop() {
+                self.work.push_back(Work::Tail(b));
+            }
+            if self.watch_paused && self.work.is_empty() && self.batcher.is_empty() {
+                self.watch_paused = false;
+                let from = self.delivered + 1;
+                self.open_watch(now, from);
+            }
+        }
+        if self.paused && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe))) {
+            return;
+        }
+        if self.hold_until.is_some() || self.resume_at.is_some() {
+            return;
+        }
+        if self.stage == Stage::Parked
+            && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe)))
+        {
+            return;
+        }
+        let Some(front) = self.work.front() else {
+            self.after_queue_drained(now);
+            return;
+        };
+        let n = front.ops().len() as u64;
+        if self.pacer.enabled() && n > 0 && self.pacer.ready_at(now) > now {
+            return;
+        }
+        let work = self.work.pop_front().expect("front() was Some just above");
+        self.pacer.consume(now, n);
+        let Some(rec) = self.next_record(&work) else {
+            return;
+        };
+        self.submit_direct(work, rec);
+    }
+
+    /// Sends one fenced Txn.
+    pub(super) fn submit_direct(&mut self, work: Work, record: Checkpoint) {
+        let bytes = record.encode();
+        let ck = self.keys.checkpoint_key().to_vec();
+        let compare = if self.fence_rev == 0 {
+            Compare {
+                key: ck.clone(),
+                target: CompareTarget::CreateRevision,
+                value: 0,
+            }
+        } else {
+            Compare {
+                key: ck.clone(),
+                target: CompareTarget::ModRevision,
+                value: self.fence_rev,
+            }
+        };
+        let mut success = work.ops().to_vec();
+        success.push(TxnOp::Put {
+            key: ck.clone(),
+            value: bytes.clone(),
+        });
+        let txn = TxnRequest {
+            compares: vec![compare],
+            success,
+            failure: vec![TxnOp::Get { key: ck }],
+        };
+        self.committing = true;
+        self.issue(
+            Job::Commit(Box::new(Commit {
+                work,
+                record,
+                bytes,
+            })),
+            Command::Txn(txn),
+        );
+    }
+
+    /// The record a unit of work installs, derived from the durable one.
+    pub(super) fn next_record(&self, work: &Work) -> Option<Checkpoint> {
+        let mut rec = self.record.clone()?;
+        match work {
+            Work::Claim => {}
+            Work::Scan {
+                cursor_after,
+                scanned,
+                ..
+            } => {
+                if let Some(s) = &mut rec.scan {
+                    s.cursor = cursor_after.clone();
+                    s.scanned = *scanned;
+                }
+            }
+            Work::Tail(b) => match (b.split, b.watermark_after()) {
+                (Some(p), None) => {
+                    rec.split = Some(Split {
+                        rev: p.rev,
+                        done: p.done_after,
+                    })
+                }
+                (_, Some(w)) => {
+                    rec.split = None;
+                    rec.watermark = rec.watermark.max(w);
+                }
+                (None, None) => {}
+            },
+            Work::Sweep { .. } => {}
+            Work::Fence(FenceWhy::StartGenesis { base, prune, .. }) => {
+                rec.scan = Some(Scan {
+                    base: *base,
+                    cursor: Vec::new(),
+                    scanned: false,
+                });
+                rec.split = None;
+                rec.prune_pending = *prune;
+                rec.prune_floor = 0;
+            }
+            Work::Fence(FenceWhy::FinishGenesis { watermark, .. }) => {
+                rec.scan = None;
+                rec.split = None;
+                rec.prune_pending = false;
+                rec.watermark = rec.watermark.max(*watermark);
+            }
+            Work::Fence(FenceWhy::IdleAdvance { rev }) => {
+                rec.watermark = rec.watermark.max(*rev);
+            }
+            Work::Fence(FenceWhy::QuotaProbe) => {}
+        }
+        Some(rec)
+    }
+
+    pub(super) fn on_commit(&mut self, now: Instant, c: Commit, t: TxnReply) {
+        if t.succeeded {
+            return self.commit_applied(now, c, t.header_revision);
+        }
+        // Compare failed: the Get in the failure branch tells us who holds the fence.
+        let current = t.reads.into_iter().next().flatten();
+        self.judge_fence(now, c, current);
+    }
+
+    /// Our write is in the target at `rev`.
+    pub(super) fn commit_applied(&mut self, now: Instant, c: Commit, rev: i64) {
+        self.committing = false;
+        self.fence_rev = rev;
+        self.failures_in_row = 0;
+        self.takeovers = 0;
+        self.backoff.reset();
+        self.throttle.reset();
+        self.status.backoff = None;
+        self.status
+            .set_condition(now, C::TargetReachable, true, "Reachable", "");
+        self.status
+            .set_condition(now, C::TargetThrottled, false, "NotThrottled", "");
+        let ops = c.work.ops().len() as u64;
+        self.status.applied_txns += 1;
+        self.status.applied_ops += ops;
+        self.status.applied_bytes +=
+            c.work.ops().iter().map(TxnOp::wire_size).sum::<usize>() as u64;
+        let mut rec = c.record;
+        if rec.prune_pending && rec.prune_floor == 0 {
+            // The first write of a pruning genesis: everything written from now on has a
+            // higher mod revision, so anything below this was not seen.
+            rec.prune_floor = rev;
+        }
+        self.status.last_applied_revision = rec.watermark;
+        self.record = Some(rec);
+        match c.work {
+            Work::Claim => self.after_claim(now),
+            Work::Scan {
+                seq,
+                ops,
+                scanned,
+                leased,
+                ..
+            } => {
+                self.status.initial_sync_copied_key_count += ops.len() as u64;
+                if let Some(g) = self.gen.as_mut().filter(|g| g.seq == seq) {
+                    g.leased += leased;
+                    g.page_chunks = g.page_chunks.saturating_sub(1);
+                    if g.page_chunks == 0 {
+                        if scanned {
+                            self.scan_complete(now);
+                        } else {
+                            self.next_scan_page();
+                        }
+                    }
+                }
+            }
+            Work::Tail(b) => {
+                if let Some(p) = b.split {
+                    if !p.last {
+                        self.status.split_revision_count += u64::from(p.done_before == 0);
+                    }
+                }
+                let live = self.stage == Stage::Tail;
+                if live {
+                    self.consecutive_resyncs = 0;
+                    self.status.set_condition(
+                        now,
+                        C::ResyncLoopDetected,
+                        false,
+                        "LiveProgress",
+                        "",
+                    );
+                }
+                let splitting = self.record.as_ref().is_some_and(|r| r.split.is_some());
+                self.status.set_condition(
+                    now,
+                    C::RevisionSplit,
+                    splitting,
+                    if splitting { "RevisionSplit" } else { "Atomic" },
+                    if splitting {
+                        "a source revision larger than one target Txn is being applied in parts"
+                    } else {
+                        ""
+                    },
+                );
+            }
+            Work::Sweep { ops } => {
+                self.status.pruned_keys += ops.len() as u64;
+            }
+            Work::Fence(FenceWhy::StartGenesis { seq, .. }) => {
+                if self.gen.as_ref().is_some_and(|g| g.seq == seq) {
+                    self.begin_scan(now);
+                }
+            }
+            Work::Fence(FenceWhy::FinishGenesis { seq, .. }) => {
+                if self.gen.as_ref().is_some_and(|g| g.seq == seq) {
+                    self.genesis_done(now);
+                }
+            }
+            Work::Fence(FenceWhy::IdleAdvance { .. }) => {}
+            Work::Fence(FenceWhy::QuotaProbe) => {
+                self.status.set_condition(
+                    now,
+                    C::TargetQuotaExhausted,
+                    false,
+                    "QuotaAvailable",
+                    "",
+                );
+                self.stage = Stage::Fencing;
+                self.resume_from_record(now);
+            }
+        }
+    }
+
+    pub(super) fn on_commit_failed(&mut self, now: Instant, c: Commit, f: Failure) {
+        match f {
+            Failure::Unknown { .. } | Failure::Transient { .. } => {
+                // The write may have applied. Only the fence can tell.
+                let cmd = self.fence_read_cmd();
+                self.issue(Job::ResolveUnknown(Box::new(c)), cmd);
+            }
+            Failure::Throttled { message } => {
+                self.status.set_condition(
+                    now,
+                    C::TargetThrottled,
+                    true,
+                    "TooManyRequests",
+                    message,
+                );
+                self.requeue_after_failure(now, c, true);
+            }
+            Failure::NoSpace => self.park(now, c),
+            Failure::TooLarge { .. } => self.shrink_or_fail(now, c),
+            Failure::Permanent { kind, message } => {
+                let fk = if kind == PermanentKind::Unsupported {
+                    FailKind::Unsupported
+                } else {
+                    FailKind::Permanent
+                };
+                self.committing = false;
+                self.fail(now, fk, message);
+            }
+            Failure::Compacted { .. } | Failure::FutureRevision => {
+                self.requeue_after_failure(now, c, false);
+            }
+        }
+    }
+
+    pub(super) fn on_resolve(&mut self, now: Instant, c: Commit, r: RangeReply) {
+        let current = r.kvs.into_iter().next();
+        match &current {
+            Some(kv) if kv.value == c.bytes => {
+                let rev = kv.mod_revision;
+                self.commit_applied(now, c, rev);
+            }
+            Some(kv) if kv.mod_revision == self.fence_rev => {
+                self.requeue_after_failure(now, c, false)
+            }
+            None if self.fence_rev == 0 => self.requeue_after_failure(now, c, false),
+            _ => self.judge_fence(now, c, current),
+        }
+    }
+
+    /// The fence is not what we expected: adopt our own lost write, take over from a
+    /// lower epoch of our own link, or stop.
+    pub(super) fn judge_fence(&mut self, now: Instant, c: Commit, current: Option<KeyValue>) {
+        self.committing = false;
+        let Some(kv) = current else {
+            return self.fail(
+                now,
+                FailKind::FenceLost,
+                "the checkpoint was deleted from the target while this agent held it; restart the agent to re-claim deliberately",
+            );
+        };
+        if kv.value == c.bytes {
+            self.committing = true;
+            return self.commit_applied(now, c, kv.mod_revision);
+        }
+        let theirs = match Checkpoint::decode(&kv.value) {
+            Ok(t) => t,
+            Err(e) => {
+                return self.fail(
+                    now,
+                    FailKind::CheckpointInvalid,
+                    format!(
+                        "the checkpoint was overwritten with bytes that are not a checkpoint ({e})"
+                    ),
+                );
+            }
+        };
+        if theirs.link != self.link {
+            return self.fail(
+                now,
+                FailKind::PrefixConflict,
+                format!("another link ({:?}) wrote the fence key", theirs.link),
+            );
+        }
+        if theirs.role == Role::Primary {
+            return self.fail(
+                now,
+                FailKind::FenceLost,
+                "the target was cut over (fence role Primary)",
+            );
+        }
+        if theirs.epoch < c.record.epoch && self.takeovers < MAX_TAKEOVERS {
+            // A stale writer of our own link at a lower epoch: take over again.
+            self.takeovers += 1;
+            self.fence_rev = kv.mod_revision;
+            let mut rec = theirs;
+            rec.epoch = c.record.epoch + 1;
+            rec.holder = self.holder.clone();
+            self.status.epoch = rec.epoch;
+            self.found = Some(rec.clone());
+            self.record = None;
+            self.work.clear();
+            self.batcher.clear();
+            self.cancel_watch();
+            self.gen = None;
+            self.submit_direct(Work::Claim, rec);
+            return;
+        }
+        self.fail(
+            now,
+            FailKind::FenceLost,
+            format!(
+                "another agent holds the fence (epoch {}, holder {}); this agent (epoch {}) stops without writing",
+                theirs.epoch, theirs.holder, c.record.epoch
+            ),
+        );
+    }
+
+    pub(super) fn requeue_after_failure(&mut self, now: Instant, c: Commit, throttled: bool) {
+        self.committing = false;
+        self.failures_in_row += 1;
+        let delay = if throttled {
+            self.throttle.next_delay(&mut self.rng)
+        } else {
+            self.backoff.next_delay(&mut self.rng)
+        };
+        let at = now + delay;
+        self.status.backoff = Some(BackoffState {
+            kind: if throttled { "throttled" } else { "transient" }.into(),
+            attempt: self.failures_in_row,
+            until: at,
+        });
+        if self.failures_in_row >= WATCH_CANCEL_AFTER_FAILURES && self.watch.is_some() {
+            // The source watch's client buffer is unbounded: stop reading and resume from
+            // the durable record once the target is writable again.
+            self.cancel_watch();
+            self.work.clear();
+            self.batcher.clear();
+            self.resume_at = Some(at);
+            return;
+        }
+        if matches!(c.work, Work::Claim) {
+            // A claim is re-derived from a fresh fence read.
+            self.resume_at = Some(at);
+            return;
+        }
+        self.work.push_front(c.work);
+        self.hold_until = Some(at);
+    }
+
+    pub(super) fn shrink_or_fail(&mut self, now: Instant, c: Commit) {
+        self.committing = false;
+        let redacted = c
+            .work
+            .ops()
+            .iter()
+            .max_by_key(|o| o.wire_size())
+            .map(|o| crate::mirror::keys::redact(self.keys.target_base(), o.key()));
+        let too_large = |me: &mut Mirror| {
+            let k = redacted.clone().unwrap_or_else(|| "<fence>".into());
+            me.fail(now, FailKind::TooLarge, format!("a single key ({k}) does not fit in one target request; raise the target's --max-request-bytes or exclude the key"));
+        };
+        match c.work {
+            Work::Tail(b) => {
+                let multi_rev = b.revs.len() > 1;
+                if !multi_rev && self.cfg.sync.oversized_revision == OversizedRevision::Fail {
+                    let rev = b.revs.first().map_or(0, |r| r.0);
+                    return self.fail(now, FailKind::TooLarge, format!("source revision {rev} does not fit in one target Txn and oversizedRevision is Fail"));
+                }
+                match batcher::shrink(b) {
+                    Some(parts) => {
+                        for p in parts.into_iter().rev() {
+                            self.work.push_front(Work::Tail(p));
+                        }
+                    }
+                    None => too_large(self),
+                }
+            }
+            Work::Scan {
+                seq,
+                mut ops,
+                cursor_after,
+                scanned,
+                leased,
+            } => {
+                if ops.len() <= 1 {
+                    return too_large(self);
+                }
+                let second = ops.split_off(ops.len() / 2);
+                let mid_cursor = ops
+                    .last()
+                    .and_then(|o| self.keys.unrewrite(o.key()))
+                    .map(next_key)
+                    .unwrap_or_default();
+                if let Some(g) = self.gen.as_mut().filter(|g| g.seq == seq) {
+                    g.page_chunks += 1;
+                }
+                self.work.push_front(Work::Scan {
+                    seq,
+                    ops: second,
+                    cursor_after,
+                    scanned,
+                    leased: 0,
+                });
+                self.work.push_front(Work::Scan {
+                    seq,
+                    ops,
+                    cursor_after: mid_cursor,
+                    scanned: false,
+                    leased,
+                });
+            }
+            Work::Sweep { mut ops } => {
+                if ops.len() <= 1 {
+                    return too_large(self);
+                }
+                let second = ops.split_off(ops.len() / 2);
+                self.work.push_front(Work::Sweep { ops: second });
+                self.work.push_front(Work::Sweep { ops });
+            }
+            Work::Claim | Work::Fence(_) => too_large(self),
+        }
+    }
+
+    pub(super) fn park(&mut self, now: Instant, c: Commit) {
+        self.committing = false;
+        self.stage = Stage::Parked;
+        self.status.phase = Phase::Degraded;
+        self.status.set_condition(
+            now,
+            C::TargetQuotaExhausted,
+            true,
+            "NoSpace",
+            "the target's database space is exhausted (NOSPACE alarm); compact/defragment the target or raise --quota-backend-bytes, then `etcdctl alarm disarm`",
+        );
+        let _ = c;
+        self.cancel_watch();
+        self.work.clear();
+        self.batcher.clear();
+        self.gen = None;
+        let at = now + self.cfg.sync.quota_probe_interval;
+        self.quota_probe_at = Some(at);
+        self.status.backoff = Some(BackoffState {
+            kind: "quota".into(),
+            attempt: 0,
+            until: at,
+        });
+    }
+}

@@ -1,0 +1,197 @@
+//! Version probes, reading the fence, RequireEmpty, and the claim.
+
+use super::*;
+
+impl Mirror {
+    pub(super) fn after_probes(&mut self, now: Instant) {
+        let (Some(src), Some(tgt)) = (self.src.clone(), self.tgt.clone()) else {
+            return;
+        };
+        self.status.source_version = src.version.clone();
+        self.status.target_version = tgt.version.clone();
+        self.status.source_cluster_id = src.cluster_id;
+        self.status.target_cluster_id = tgt.cluster_id;
+        self.status
+            .set_condition(now, C::SourceReachable, true, "Reachable", "");
+        self.status
+            .set_condition(now, C::TargetReachable, true, "Reachable", "");
+        self.observe_source_rev(now, src.header_revision);
+        for (side, s) in [("source", &src), ("target", &tgt)] {
+            match Version::parse(&s.version) {
+                Some(v) if v >= Version::FLOOR => {}
+                _ => {
+                    let msg = format!(
+                        "{side} etcd version {:?} is below the supported floor {}; upgrade the {side} cluster",
+                        s.version,
+                        Version::FLOOR
+                    );
+                    return self.fail(now, FailKind::Unsupported, msg);
+                }
+            }
+        }
+        self.progress_trusted =
+            Version::parse(&src.version).is_some_and(|v| v.progress_notify_trusted());
+        self.status.progress_trusted = self.progress_trusted;
+        let learner = src.is_learner || tgt.is_learner;
+        self.status.set_condition(
+            now,
+            C::LearnerEndpoint,
+            learner,
+            if learner { "LearnerEndpoint" } else { "Voter" },
+            if learner {
+                "an endpoint is a learner member; point the endpoints at voting members"
+            } else {
+                ""
+            },
+        );
+        if src.cluster_id == tgt.cluster_id
+            && ranges_overlap(self.keys.source_prefix(), self.keys.target_base())
+        {
+            return self.fail(
+                now,
+                FailKind::DirectionConflict,
+                "source and target are the same cluster and the source range overlaps the target range; the mirror would copy its own writes",
+            );
+        }
+        self.status
+            .set_condition(now, C::DirectionConflict, false, "Distinct", "");
+        self.stage = Stage::Fencing;
+        let cmd = self.fence_read_cmd();
+        self.issue(Job::ReadFence, cmd);
+    }
+
+    pub(super) fn fence_read_cmd(&self) -> Command {
+        Command::Range(RangeRequest {
+            cluster: Cluster::Target,
+            key: self.keys.checkpoint_key().to_vec(),
+            range_end: Vec::new(),
+            revision: 0,
+            limit: 0,
+            count_only: false,
+            keys_only: false,
+            sort: SortBy::Key,
+        })
+    }
+
+    pub(super) fn on_fence_read(&mut self, now: Instant, r: RangeReply) {
+        let found = match r.kvs.first() {
+            None => None,
+            Some(kv) => match Checkpoint::decode(&kv.value) {
+                Ok(c) => {
+                    self.fence_rev = kv.mod_revision;
+                    Some(c)
+                }
+                Err(e) => {
+                    return self.fail(
+                        now,
+                        FailKind::CheckpointInvalid,
+                        format!("the checkpoint at the fence key cannot be used ({e}); nothing was written. Inspect it with `tidemark-mirror checkpoint`, then restore or delete it"),
+                    )
+                }
+            },
+        };
+        if let Some(c) = &found {
+            if c.link != self.link {
+                return self.fail(
+                    now,
+                    FailKind::PrefixConflict,
+                    format!("the fence key holds the checkpoint of another link ({:?}); choose another target prefix or checkpoint.key", c.link),
+                );
+            }
+            if c.role == Role::Primary {
+                return self.fail(
+                    now,
+                    FailKind::FenceLost,
+                    "the target was cut over (fence role Primary); a mirror must never write to it again",
+                );
+            }
+            self.status.last_applied_revision = c.watermark;
+        }
+        self.found = found;
+        let needs_genesis = match &self.found {
+            None => true,
+            Some(c) => c.scan.is_some() || (c.watermark == 0 && c.split.is_none()),
+        };
+        let fresh = self.found.as_ref().is_none_or(|c| c.scan.is_none());
+        if needs_genesis
+            && fresh
+            && self.cfg.initial_sync.start_revision == 0
+            && self.cfg.initial_sync.mode == InitialSyncMode::RequireEmpty
+        {
+            let cmd = self.check_empty_cmd();
+            self.issue(Job::CheckEmpty, cmd);
+        } else {
+            self.claim(now);
+        }
+    }
+
+    pub(super) fn check_empty_cmd(&self) -> Command {
+        let (key, range_end) = self.keys.target_range();
+        Command::Range(RangeRequest {
+            cluster: Cluster::Target,
+            key,
+            range_end,
+            revision: 0,
+            limit: 2,
+            count_only: false,
+            keys_only: true,
+            sort: SortBy::Key,
+        })
+    }
+
+    pub(super) fn on_check_empty(&mut self, now: Instant, r: RangeReply) {
+        let foreign = r
+            .kvs
+            .iter()
+            .filter(|kv| !self.keys.is_checkpoint(&kv.key))
+            .count();
+        if foreign > 0 || r.count > r.kvs.len() as i64 {
+            return self.fail(
+                now,
+                FailKind::EmptyTargetViolation,
+                "initialSync.mode is RequireEmpty but the target range already holds keys; nothing was written. Empty the target range, or choose Overwrite or OverwriteAndPrune",
+            );
+        }
+        self.status
+            .set_condition(now, C::EmptyTargetViolation, false, "Empty", "");
+        self.claim(now);
+    }
+
+    /// Claims the fence at a new epoch, carrying the found record's progress forward.
+    pub(super) fn claim(&mut self, now: Instant) {
+        let _ = now;
+        let base = self.found.clone();
+        let epoch = base.as_ref().map_or(0, |c| c.epoch) + 1;
+        let src_id = self.src.as_ref().map_or(0, |s| s.cluster_id);
+        let tgt_id = self.tgt.as_ref().map_or(0, |s| s.cluster_id);
+        let mut rec = base.unwrap_or(Checkpoint {
+            v: VERSION,
+            link: self.link.clone(),
+            epoch: 0,
+            holder: String::new(),
+            role: Role::Mirror,
+            watermark: 0,
+            split: None,
+            scan: None,
+            prune_pending: false,
+            prune_floor: 0,
+            source_cluster: format!("{src_id:x}"),
+            target_cluster: format!("{tgt_id:x}"),
+        });
+        rec.epoch = epoch;
+        rec.holder = self.holder.clone();
+        rec.source_cluster = format!("{src_id:x}");
+        rec.target_cluster = format!("{tgt_id:x}");
+        let fresh_genesis = rec.scan.is_none() && rec.watermark == 0 && rec.split.is_none();
+        if fresh_genesis && self.cfg.initial_sync.start_revision > 0 {
+            rec.watermark = self.cfg.initial_sync.start_revision - 1;
+            rec.prune_pending = false;
+        } else if fresh_genesis {
+            rec.prune_pending = self.cfg.initial_sync.mode == InitialSyncMode::OverwriteAndPrune;
+            rec.prune_floor = 0;
+        }
+        self.status.epoch = epoch;
+        self.status.role = "Mirror".into();
+        self.submit_direct(Work::Claim, rec);
+    }
+}

@@ -1,0 +1,507 @@
+//! Genesis by the reflector pattern: R0, watch, scan, replay, sweep, finish.
+
+use super::*;
+
+impl Mirror {
+    pub(super) fn after_claim(&mut self, now: Instant) {
+        self.status.set_condition(
+            now,
+            C::Available,
+            true,
+            "FenceHeld",
+            "this agent holds the fence",
+        );
+        self.resume_from_record(now);
+    }
+
+    /// Drops every volatile thing and continues from what the target durably holds.
+    pub(super) fn resume_from_record(&mut self, now: Instant) {
+        self.cancel_watch();
+        self.work.clear();
+        self.batcher.clear();
+        self.watch_paused = false;
+        self.retry.clear();
+        let Some(rec) = self.record.clone() else {
+            // Never claimed (a failed claim): start over from reading the fence.
+            self.stage = Stage::Fencing;
+            let cmd = self.fence_read_cmd();
+            self.issue(Job::ReadFence, cmd);
+            return;
+        };
+        if self.stage == Stage::Parked {
+            // Still parked: the quota probe decides.
+            return;
+        }
+        if let Some(scan) = rec.scan.clone() {
+            self.start_genesis_from(now, scan, rec.prune_pending);
+        } else if rec.watermark == 0 && rec.split.is_none() {
+            self.begin_genesis(now, rec.prune_pending);
+        } else if rec.prune_pending {
+            // A prune owed outside a scan can only come from an older record: redo genesis.
+            self.begin_genesis(now, true);
+        } else {
+            self.start_tail(now);
+        }
+    }
+
+    pub(super) fn new_gen(&mut self, step: GenStep, prune: bool) -> Genesis {
+        self.gen_seq += 1;
+        Genesis {
+            seq: self.gen_seq,
+            final_w: 0,
+            step,
+            prune,
+            rmax: 0,
+            window: 0,
+            page_limit: self.cfg.sync.page_key_limit.min(256),
+            page_chunks: 0,
+            page_more: false,
+            held: VecDeque::new(),
+            held_bytes: 0,
+            sweep_cursor: Vec::new(),
+            sweep_window: 0,
+            probe_at: None,
+            leased: 0,
+        }
+    }
+
+    /// A new genesis: read R0, then record `scan = {base: R0}` in the fence.
+    pub(super) fn begin_genesis(&mut self, now: Instant, prune: bool) {
+        self.stage = Stage::Genesis;
+        self.status.phase = Phase::InitialSync;
+        self.status
+            .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
+        let g = self.new_gen(GenStep::R0, prune);
+        self.gen = Some(g);
+        let cmd = self.r0_cmd();
+        self.issue(Job::ReadR0(self.gen_seq), cmd);
+    }
+
+    pub(super) fn r0_cmd(&self) -> Command {
+        let (key, range_end) = self.keys.source_range();
+        Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key,
+            range_end,
+            revision: 0,
+            limit: 0,
+            count_only: true,
+            keys_only: false,
+            sort: SortBy::Key,
+        })
+    }
+
+    pub(super) fn on_r0(&mut self, now: Instant, r: RangeReply) {
+        self.observe_source_rev(now, r.header_revision);
+        self.status.initial_sync_total_key_count = u64::try_from(r.count).unwrap_or(0);
+        self.status.initial_sync_copied_key_count = 0;
+        let Some(g) = &mut self.gen else { return };
+        g.step = GenStep::Scanning;
+        let why = FenceWhy::StartGenesis {
+            seq: g.seq,
+            base: r.header_revision,
+            prune: g.prune,
+        };
+        self.work.push_back(Work::Fence(why));
+    }
+
+    /// Genesis resumed from a record whose scan is in progress.
+    pub(super) fn start_genesis_from(&mut self, now: Instant, scan: Scan, prune: bool) {
+        self.stage = Stage::Genesis;
+        self.status.phase = Phase::InitialSync;
+        self.status
+            .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
+        let g = self.new_gen(GenStep::Scanning, prune);
+        self.gen = Some(g);
+        let _ = scan;
+        self.begin_scan(now);
+    }
+
+    /// Opens the watch at base+1 and starts (or continues) paging.
+    pub(super) fn begin_scan(&mut self, now: Instant) {
+        let Some(scan) = self.record.as_ref().and_then(|r| r.scan.clone()) else {
+            return;
+        };
+        self.delivered = scan.base;
+        self.open_watch(now, scan.base + 1);
+        let windows = self.keys.source_windows();
+        if let Some(g) = &mut self.gen {
+            g.step = GenStep::Scanning;
+            g.rmax = scan.base;
+            g.window = windows
+                .iter()
+                .position(|w| before_end(&scan.cursor, &w.end))
+                .unwrap_or(windows.len());
+        }
+        if scan.scanned {
+            self.scan_complete(now);
+        } else {
+            self.next_scan_page();
+        }
+    }
+
+    pub(super) fn scan_cmd(&self) -> Option<Command> {
+        let g = self.gen.as_ref()?;
+        let windows = self.keys.source_windows();
+        let w = windows.get(g.window)?;
+        let cursor = self
+            .record
+            .as_ref()
+            .and_then(|r| r.scan.as_ref())
+            .map(|s| s.cursor.clone())
+            .unwrap_or_default();
+        let key = if cursor > w.start {
+            cursor
+        } else {
+            w.start.clone()
+        };
+        Some(Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key,
+            range_end: w.end.clone(),
+            revision: 0,
+            limit: i64::from(g.page_limit),
+            count_only: false,
+            keys_only: false,
+            sort: SortBy::Key,
+        }))
+    }
+
+    pub(super) fn next_scan_page(&mut self) {
+        match self.scan_cmd() {
+            Some(cmd) => {
+                self.issue(Job::ScanPage(self.gen_seq), cmd);
+            }
+            None => {
+                // Past the last window: record that the scan is complete.
+                let cursor = self
+                    .record
+                    .as_ref()
+                    .and_then(|r| r.scan.as_ref())
+                    .map(|s| s.cursor.clone())
+                    .unwrap_or_default();
+                if let Some(g) = &mut self.gen {
+                    g.page_chunks = 1;
+                }
+                let seq = self.gen_seq;
+                self.work.push_back(Work::Scan {
+                    seq,
+                    ops: Vec::new(),
+                    cursor_after: cursor,
+                    scanned: true,
+                    leased: 0,
+                });
+            }
+        }
+    }
+
+    pub(super) fn on_scan_page(&mut self, now: Instant, r: RangeReply) {
+        self.observe_source_rev(now, r.header_revision);
+        let windows = self.keys.source_windows();
+        let page_bytes: u64 = r
+            .kvs
+            .iter()
+            .map(|kv| (kv.key.len() + kv.value.len()) as u64)
+            .sum();
+        let budget = self.cfg.sync.page_bytes;
+        let max_limit = self.cfg.sync.page_key_limit;
+        let Some(g) = &mut self.gen else { return };
+        g.rmax = g.rmax.max(r.header_revision);
+        // Adapt the page to the byte budget.
+        if page_bytes > budget {
+            g.page_limit = (g.page_limit / 2).max(1);
+        } else if page_bytes < budget / 2 && r.more {
+            g.page_limit = g.page_limit.saturating_mul(2).min(max_limit);
+        }
+        let last_key = r.kvs.last().map(|kv| kv.key.clone());
+        let (cursor_after, scanned) = match (&last_key, r.more) {
+            (Some(k), true) => (next_key(k.clone()), false),
+            _ => {
+                g.window += 1;
+                match windows.get(g.window) {
+                    Some(w) => (w.start.clone(), false),
+                    None => (last_key.clone().map(next_key).unwrap_or_default(), true),
+                }
+            }
+        };
+        let mut ops = Vec::with_capacity(r.kvs.len());
+        let mut leased_keys = Vec::with_capacity(r.kvs.len());
+        for kv in r.kvs {
+            if let Some(t) = self.keys.rewrite(&kv.key) {
+                leased_keys.push((kv.key.clone(), kv.lease != 0));
+                ops.push(TxnOp::Put {
+                    key: t,
+                    value: kv.value,
+                });
+            }
+        }
+        let chunks = batcher::chunk_ops(ops, self.limits);
+        let Some(g) = &mut self.gen else { return };
+        g.page_more = !scanned;
+        if chunks.is_empty() {
+            g.page_chunks = 1;
+            let seq = g.seq;
+            self.work.push_back(Work::Scan {
+                seq,
+                ops: Vec::new(),
+                cursor_after,
+                scanned,
+                leased: 0,
+            });
+            return;
+        }
+        g.page_chunks = chunks.len();
+        let seq = g.seq;
+        let n = chunks.len();
+        let mut idx = 0;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let leased = leased_keys[idx..idx + chunk.len()]
+                .iter()
+                .filter(|(_, l)| *l)
+                .count() as u64;
+            idx += chunk.len();
+            let (c, s) = if i + 1 == n {
+                (cursor_after.clone(), scanned)
+            } else {
+                (next_key(leased_keys[idx - 1].0.clone()), false)
+            };
+            self.work.push_back(Work::Scan {
+                seq,
+                ops: chunk,
+                cursor_after: c,
+                scanned: s,
+                leased,
+            });
+        }
+    }
+
+    pub(super) fn scan_complete(&mut self, now: Instant) {
+        let Some(g) = &mut self.gen else { return };
+        g.step = GenStep::Replaying;
+        let held: Vec<Vec<Event>> = g.held.drain(..).collect();
+        g.held_bytes = 0;
+        for events in held {
+            self.feed_events(now, events);
+        }
+        self.batcher.flush();
+        while let Some(b) = self.batcher.pop() {
+            self.work.push_back(Work::Tail(b));
+        }
+    }
+
+    /// Called when no target work is queued or in flight.
+    pub(super) fn after_queue_drained(&mut self, now: Instant) {
+        let Some(g) = &self.gen else { return };
+        match g.step {
+            GenStep::Replaying => {
+                if !self.batcher.is_empty() {
+                    self.batcher.flush();
+                    while let Some(b) = self.batcher.pop() {
+                        self.work.push_back(Work::Tail(b));
+                    }
+                    return self.pump(now);
+                }
+                if self.delivered >= g.rmax {
+                    self.replay_proven(now);
+                } else if self.progress_trusted {
+                    if let Some(w) = self.watch {
+                        if self
+                            .next_progress_request
+                            .is_some_and(|t| t > now + Duration::from_secs(1))
+                        {
+                            self.next_progress_request = Some(now + Duration::from_secs(1));
+                        }
+                        let _ = w;
+                    }
+                } else if g.probe_at.is_none()
+                    && !self
+                        .inflight
+                        .values()
+                        .any(|j| matches!(j, Job::ProbeMaxModRevision(_)))
+                {
+                    self.probe_untrusted();
+                }
+            }
+            GenStep::Sweeping
+                if !self
+                    .inflight
+                    .values()
+                    .any(|j| matches!(j, Job::SweepPage(_))) =>
+            {
+                self.next_sweep_page(now);
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn max_mod_cmd(&self) -> Command {
+        let (key, range_end) = self.keys.source_range();
+        Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key,
+            range_end,
+            revision: 0,
+            limit: 1,
+            count_only: false,
+            keys_only: true,
+            sort: SortBy::ModRevisionDescending,
+        })
+    }
+
+    pub(super) fn probe_untrusted(&mut self) {
+        let cmd = self.max_mod_cmd();
+        self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
+    }
+
+    /// Untrusted progress: no live key in scope changed after what the watch delivered,
+    /// so the scanned values are the values at `delivered`.
+    pub(super) fn on_untrusted_probe(&mut self, now: Instant, r: RangeReply) {
+        self.observe_source_rev(now, r.header_revision);
+        let max_mod = r.kvs.first().map_or(0, |kv| kv.mod_revision);
+        let Some(g) = &mut self.gen else { return };
+        if g.step != GenStep::Replaying {
+            return;
+        }
+        if max_mod <= self.delivered
+            && self.work.is_empty()
+            && !self.committing
+            && self.batcher.is_empty()
+        {
+            g.rmax = self.delivered;
+            self.replay_proven(now);
+        } else {
+            g.probe_at = Some(now + UNTRUSTED_PROBE_EVERY);
+        }
+    }
+
+    pub(super) fn replay_proven(&mut self, now: Instant) {
+        let base = self
+            .record
+            .as_ref()
+            .and_then(|r| r.scan.as_ref())
+            .map_or(0, |s| s.base);
+        let delivered = self.delivered;
+        let Some(g) = &mut self.gen else { return };
+        // Everything up to `delivered` is applied (the queue is empty), so this is the
+        // watermark; events arriving from now on are held until the record says so.
+        g.final_w = base.max(delivered);
+        if g.prune {
+            g.step = GenStep::Sweeping;
+            g.sweep_cursor = Vec::new();
+            g.sweep_window = 0;
+            self.next_sweep_page(now);
+        } else {
+            g.step = GenStep::Finishing;
+            let why = FenceWhy::FinishGenesis {
+                seq: g.seq,
+                watermark: g.final_w,
+            };
+            self.work.push_back(Work::Fence(why));
+        }
+    }
+
+    pub(super) fn sweep_cmd(&self) -> Option<Command> {
+        let g = self.gen.as_ref()?;
+        let windows = self.keys.target_windows();
+        let w = windows.get(g.sweep_window)?;
+        let key = if g.sweep_cursor > w.start {
+            g.sweep_cursor.clone()
+        } else {
+            w.start.clone()
+        };
+        Some(Command::Range(RangeRequest {
+            cluster: Cluster::Target,
+            key,
+            range_end: w.end.clone(),
+            revision: 0,
+            limit: i64::from(self.cfg.sync.page_key_limit),
+            count_only: false,
+            keys_only: true,
+            sort: SortBy::Key,
+        }))
+    }
+
+    pub(super) fn next_sweep_page(&mut self, now: Instant) {
+        match self.sweep_cmd() {
+            Some(cmd) => {
+                self.issue(Job::SweepPage(self.gen_seq), cmd);
+            }
+            None => {
+                if let Some(g) = &mut self.gen {
+                    g.step = GenStep::Finishing;
+                    let why = FenceWhy::FinishGenesis {
+                        seq: g.seq,
+                        watermark: g.final_w,
+                    };
+                    self.work.push_back(Work::Fence(why));
+                }
+                self.pump(now);
+            }
+        }
+    }
+
+    pub(super) fn on_sweep_page(&mut self, now: Instant, r: RangeReply) {
+        let floor = self.record.as_ref().map_or(0, |c| c.prune_floor);
+        let windows_len = self.keys.target_windows().len();
+        let mut ops = Vec::new();
+        for kv in &r.kvs {
+            if self.keys.is_checkpoint(&kv.key) || kv.mod_revision >= floor {
+                continue;
+            }
+            if kv.key.contains(&0) {
+                // keys_only: re-check by reading it would cost a round trip; a key with a
+                // NUL under the target base is never ours to delete blindly.
+                return self.fail(
+                    now,
+                    FailKind::PrefixConflict,
+                    format!(
+                        "the target range holds a key with a NUL byte ({}) that may be another link's fence; refusing to prune",
+                        crate::mirror::keys::redact(self.keys.target_base(), &kv.key)
+                    ),
+                );
+            }
+            ops.push(TxnOp::Delete {
+                key: kv.key.clone(),
+                range_end: Vec::new(),
+            });
+        }
+        let Some(g) = &mut self.gen else { return };
+        match (r.kvs.last(), r.more) {
+            (Some(k), true) => g.sweep_cursor = next_key(k.key.clone()),
+            _ => {
+                g.sweep_window += 1;
+                g.sweep_cursor = Vec::new();
+            }
+        }
+        let _ = windows_len;
+        for chunk in batcher::chunk_ops(ops, self.limits) {
+            self.work.push_back(Work::Sweep { ops: chunk });
+        }
+    }
+
+    pub(super) fn genesis_done(&mut self, now: Instant) {
+        let leased = self.gen.as_ref().map_or(0, |g| g.leased);
+        self.status.lease_backed_key_count = leased;
+        self.status.set_condition(
+            now,
+            C::InitialSyncComplete,
+            true,
+            "Synced",
+            "initial copy complete",
+        );
+        let held: Vec<Vec<Event>> = self
+            .gen
+            .take()
+            .map(|g| g.held.into_iter().collect())
+            .unwrap_or_default();
+        self.stage = Stage::Tail;
+        self.status.phase = Phase::Syncing;
+        for events in held {
+            self.feed_events(now, events);
+        }
+        self.batcher.flush();
+        if self.next_progress_request.is_none() {
+            self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
+        }
+    }
+}

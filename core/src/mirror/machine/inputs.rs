@@ -1,0 +1,114 @@
+//! Routing of replies, watch events and operator controls.
+
+use super::*;
+
+impl Mirror {
+    pub(super) fn on_control(&mut self, now: Instant, c: Control) {
+        match c {
+            Control::Shutdown => self.shutdown = true,
+            Control::Pause => {
+                self.paused = true;
+                self.status.phase = Phase::Paused;
+            }
+            Control::Resume => self.paused = false,
+            Control::Drain | Control::Reconcile => {
+                self.status.last_error = Some(format!(
+                    "{c:?} is not supported by this build yet (issue C2)"
+                ));
+            }
+        }
+        let _ = now;
+    }
+
+    pub(super) fn on_done(&mut self, now: Instant, job: Job, result: Result<Reply, Failure>) {
+        match (job, result) {
+            (Job::Fire, _) | (Job::WatchOpen, Ok(_)) => {}
+            (Job::WatchOpen, Err(f)) => self.on_watch(now, WatchEvent::Failed { failure: f }),
+            (Job::ProbeSource, Ok(Reply::Status(s))) => {
+                self.src = Some(s);
+                self.after_probes(now);
+            }
+            (Job::ProbeTarget, Ok(Reply::Status(s))) => {
+                self.tgt = Some(s);
+                self.after_probes(now);
+            }
+            (Job::ReadFence, Ok(Reply::Range(r))) => self.on_fence_read(now, r),
+            (Job::CheckEmpty, Ok(Reply::Range(r))) => self.on_check_empty(now, r),
+            (
+                Job::ReadR0(seq)
+                | Job::ScanPage(seq)
+                | Job::ProbeMaxModRevision(seq)
+                | Job::SweepPage(seq),
+                _,
+            ) if self.gen.as_ref().is_none_or(|g| g.seq != seq) => {}
+            (Job::ReadR0(_), Ok(Reply::Range(r))) => self.on_r0(now, r),
+            (Job::ScanPage(_), Ok(Reply::Range(r))) => self.on_scan_page(now, r),
+            (Job::ProbeMaxModRevision(_), Ok(Reply::Range(r))) => self.on_untrusted_probe(now, r),
+            (Job::SweepPage(_), Ok(Reply::Range(r))) => self.on_sweep_page(now, r),
+            (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_commit(now, *c, t),
+            (Job::Commit(c), Err(f)) => self.on_commit_failed(now, *c, f),
+            (Job::ResolveUnknown(c), Ok(Reply::Range(r))) => self.on_resolve(now, *c, r),
+            (job, Err(f)) => self.on_read_failed(now, job, f),
+            (job, Ok(reply)) => {
+                let msg = format!("unexpected reply {reply:?} for {job:?}");
+                self.fail(now, FailKind::Permanent, msg);
+            }
+        }
+    }
+
+    /// A read failed: retry it with backoff, or stop on a permanent error.
+    pub(super) fn on_read_failed(&mut self, now: Instant, job: Job, f: Failure) {
+        self.note_reachability(now, &job, false, &f);
+        let cmd = match self.command_for(&job) {
+            Some(c) => c,
+            None => return,
+        };
+        match f {
+            Failure::Permanent { kind, message } => {
+                let fk = if kind == PermanentKind::Unsupported {
+                    FailKind::Unsupported
+                } else {
+                    FailKind::Permanent
+                };
+                self.fail(now, fk, message);
+            }
+            Failure::Throttled { .. } => self.retry_later(now, job, cmd, true),
+            _ => self.retry_later(now, job, cmd, false),
+        }
+    }
+
+    pub(super) fn note_reachability(&mut self, now: Instant, job: &Job, ok: bool, f: &Failure) {
+        let side = match job {
+            Job::ProbeSource | Job::ReadR0(_) | Job::ScanPage(_) | Job::ProbeMaxModRevision(_) => {
+                C::SourceReachable
+            }
+            _ => C::TargetReachable,
+        };
+        if ok {
+            self.status.set_condition(now, side, true, "Reachable", "");
+        } else if !matches!(f, Failure::Permanent { .. }) {
+            self.status
+                .set_condition(now, side, false, f.label(), f.to_string());
+        }
+    }
+
+    /// Rebuilds the command of a read job (the jobs are idempotent reads).
+    pub(super) fn command_for(&mut self, job: &Job) -> Option<Command> {
+        Some(match job {
+            Job::ProbeSource => Command::Status {
+                cluster: Cluster::Source,
+            },
+            Job::ProbeTarget => Command::Status {
+                cluster: Cluster::Target,
+            },
+            Job::ReadFence => self.fence_read_cmd(),
+            Job::CheckEmpty => self.check_empty_cmd(),
+            Job::ReadR0(_) => self.r0_cmd(),
+            Job::ScanPage(_) => self.scan_cmd()?,
+            Job::ProbeMaxModRevision(_) => self.max_mod_cmd(),
+            Job::SweepPage(_) => self.sweep_cmd()?,
+            Job::ResolveUnknown(_) => self.fence_read_cmd(),
+            Job::Commit(_) | Job::WatchOpen | Job::Fire => return None,
+        })
+    }
+}

@@ -1,0 +1,390 @@
+//! The mirror state machine.
+//!
+//! One agent process runs one [`Mirror`]. It claims the fence in the target, copies the
+//! source range by the reflector pattern (watch first, then an unpinned scan, then replay),
+//! and then tails the watch, writing whole source revisions as fenced target Txns. Every
+//! decision lives here; the driver only runs the commands this emits.
+//!
+//! Internally the machine is a set of small flows (connect, fence, genesis, tail, park)
+//! that all end in one commit pipeline: at most one fenced Txn is in flight at a time, so
+//! the fence's mod revision is always known and a lost reply can be resolved by re-reading
+//! the fence.
+
+mod commit;
+mod connect;
+mod genesis;
+mod inputs;
+mod plumbing;
+mod report;
+mod tail;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use crate::classify::{Failure, PermanentKind};
+use crate::config::{ranges_overlap, InitialSyncMode, MirrorConfig, Mode, OversizedRevision};
+use crate::etcd::{
+    Cluster, Command, Compare, CompareTarget, Event, EventKind, KeyValue, RangeReply, RangeRequest,
+    Reply, SortBy, StatusReply, TxnOp, TxnReply, TxnRequest, WatchEvent, WatchRequest,
+};
+use crate::mirror::backoff::{Backoff, Pacer};
+use crate::mirror::batcher::{self, Batch, Batcher, Limits, RevGroup};
+use crate::mirror::checkpoint::{Checkpoint, Role, Scan, Split, VERSION};
+use crate::mirror::io::{CommandId, Control, FailKind, Input, Output, StopReason};
+use crate::mirror::keys::{before_end, KeySpace};
+use crate::mirror::status::{BackoffState, ConditionType as C, Phase, Status};
+use crate::mirror::version::Version;
+use crate::rng::Rng;
+use crate::time::Instant;
+
+/// Minimum spacing of fence-only writes that advance an idle watermark.
+const IDLE_ADVANCE_EVERY: Duration = Duration::from_secs(5);
+/// Consecutive failed target writes before the source watch is cancelled.
+const WATCH_CANCEL_AFTER_FAILURES: u32 = 3;
+/// How long to wait before re-probing an untrusted source for genesis completion.
+const UNTRUSTED_PROBE_EVERY: Duration = Duration::from_secs(1);
+/// Bound on fence re-reads and re-claims in a row before giving up as FenceLost.
+const MAX_TAKEOVERS: u32 = 3;
+
+/// What a command in flight was for, so its reply is routed to the right flow.
+#[derive(Debug, Clone)]
+enum Job {
+    ProbeSource,
+    ProbeTarget,
+    ReadFence,
+    CheckEmpty,
+    /// Genesis reads carry their attempt number; replies to a superseded attempt are dropped.
+    ReadR0(u64),
+    ScanPage(u64),
+    ProbeMaxModRevision(u64),
+    SweepPage(u64),
+    Commit(Box<Commit>),
+    /// Re-reading the fence after a commit whose outcome is unknown.
+    ResolveUnknown(Box<Commit>),
+    WatchOpen,
+    Fire,
+}
+
+/// A fenced write in flight: what it does and the record it installs.
+#[derive(Debug, Clone)]
+struct Commit {
+    work: Work,
+    record: Checkpoint,
+    bytes: Vec<u8>,
+}
+
+/// One unit of target work.
+#[derive(Debug, Clone)]
+enum Work {
+    /// Claim or re-claim the fence (new epoch); `then` says what follows.
+    Claim,
+    /// A chunk of scanned keys.
+    Scan {
+        seq: u64,
+        ops: Vec<TxnOp>,
+        cursor_after: Vec<u8>,
+        scanned: bool,
+        leased: u64,
+    },
+    /// A batch of watch events.
+    Tail(Batch),
+    /// Deletes of keys the mark-and-sweep found unseen.
+    Sweep { ops: Vec<TxnOp> },
+    /// The fence alone: genesis start/finish, idle advance, quota probe.
+    Fence(FenceWhy),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FenceWhy {
+    /// Record `scan = {base}` for genesis attempt `seq`.
+    StartGenesis {
+        seq: u64,
+        base: i64,
+        prune: bool,
+    },
+    /// Clear `scan` and set the watermark proven for genesis attempt `seq`.
+    FinishGenesis {
+        seq: u64,
+        watermark: i64,
+    },
+    /// Move an idle watermark to a trusted progress revision (everything up to it applied).
+    IdleAdvance {
+        rev: i64,
+    },
+    QuotaProbe,
+}
+
+impl Work {
+    fn ops(&self) -> &[TxnOp] {
+        match self {
+            Work::Scan { ops, .. } | Work::Sweep { ops } => ops,
+            Work::Tail(b) => &b.ops,
+            Work::Claim | Work::Fence(_) => &[],
+        }
+    }
+}
+
+/// Where genesis is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GenStep {
+    /// Reading the source count / header (R0).
+    R0,
+    /// Paging through the source.
+    Scanning,
+    /// Scan done; applying buffered and live events until the watch is proven past Rmax.
+    Replaying,
+    /// Deleting unseen target keys (events are held while this runs).
+    Sweeping,
+    /// Writing the final record.
+    Finishing,
+}
+
+#[derive(Debug, Clone)]
+struct Genesis {
+    /// Attempt number, so completions of a superseded attempt are not counted.
+    seq: u64,
+    step: GenStep,
+    /// The watermark proven when replay caught up.
+    final_w: i64,
+    prune: bool,
+    /// Highest header revision any scan page was read at.
+    rmax: i64,
+    window: usize,
+    page_limit: u32,
+    /// Scan chunks of the current page not yet committed.
+    page_chunks: usize,
+    page_more: bool,
+    /// Events held while scanning or sweeping, with their byte size.
+    held: VecDeque<Vec<Event>>,
+    held_bytes: u64,
+    sweep_cursor: Vec<u8>,
+    sweep_window: usize,
+    probe_at: Option<Instant>,
+    leased: u64,
+}
+
+/// Which flow the machine is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Connecting,
+    Fencing,
+    Genesis,
+    Tail,
+    Parked,
+    Stopped,
+}
+
+/// A command to re-issue at a later time (backoff).
+#[derive(Debug, Clone)]
+struct Retry {
+    at: Instant,
+    cmd: Command,
+    job: Job,
+}
+
+/// The mirror state machine. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Mirror {
+    cfg: MirrorConfig,
+    keys: KeySpace,
+    rng: Rng,
+    limits: Limits,
+    holder: String,
+    link: String,
+    status: Status,
+    stage: Stage,
+
+    next_id: CommandId,
+    out: VecDeque<Output>,
+    inflight: BTreeMap<CommandId, Job>,
+    /// Reads (and watch reopens) waiting out a backoff, in the order they failed.
+    retry: Vec<Retry>,
+    /// Target work waits until this time (backoff after a failed write).
+    hold_until: Option<Instant>,
+    stopped: Option<StopReason>,
+    gen_seq: u64,
+
+    src: Option<StatusReply>,
+    tgt: Option<StatusReply>,
+    progress_trusted: bool,
+
+    /// Mod revision of the fence as we last wrote or read it; 0 = absent.
+    fence_rev: i64,
+    /// The record at `fence_rev` (what the target holds), once claimed.
+    record: Option<Checkpoint>,
+    /// The record read at startup, before our claim.
+    found: Option<Checkpoint>,
+    takeovers: u32,
+
+    watch: Option<u64>,
+    next_watch_id: u64,
+    /// Every event up to this revision has been delivered on the current watch line.
+    delivered: i64,
+    /// The watch was cancelled for backpressure and must reopen once the queue drains.
+    watch_paused: bool,
+
+    gen: Option<Genesis>,
+    batcher: Batcher,
+    work: VecDeque<Work>,
+    committing: bool,
+
+    backoff: Backoff,
+    throttle: Backoff,
+    pacer: Pacer,
+    failures_in_row: u32,
+    next_progress_request: Option<Instant>,
+    last_idle_advance: Option<Instant>,
+    quota_probe_at: Option<Instant>,
+    resume_at: Option<Instant>,
+    lag_since: Option<Instant>,
+    consecutive_resyncs: u32,
+    shutdown: bool,
+    paused: bool,
+    started: bool,
+}
+
+impl Mirror {
+    /// A mirror for `config`. `seed` fixes all randomness (jitter, holder nonce): the
+    /// driver seeds it from the OS, the simulator from its run seed.
+    pub fn new(config: MirrorConfig, seed: u64) -> Result<Mirror, crate::config::ConfigErrors> {
+        config.validate()?;
+        if config.mode == Mode::Drain {
+            return Err(crate::config::ConfigErrors(vec![
+                crate::config::ConfigProblem {
+                    field: "mode".into(),
+                    problem: "Drain is not supported by this build yet; use Sync".into(),
+                },
+            ]));
+        }
+        let mut rng = Rng::new(seed);
+        let holder = rng.nonce_hex();
+        let keys = KeySpace::new(&config);
+        let link = config.link_id();
+        let s = &config.sync;
+        let limits = Limits::from_config(s.max_txn_ops, s.txn_flush_bytes);
+        let allow_split = s.oversized_revision == OversizedRevision::Split;
+        let b = &s.reconnect_backoff;
+        let status = Status {
+            link: link.clone(),
+            holder: holder.clone(),
+            ..Status::default()
+        };
+        Ok(Mirror {
+            limits,
+            holder,
+            link,
+            status,
+            stage: Stage::Connecting,
+            next_id: 1,
+            out: VecDeque::new(),
+            inflight: BTreeMap::new(),
+            retry: Vec::new(),
+            hold_until: None,
+            stopped: None,
+            gen_seq: 0,
+            src: None,
+            tgt: None,
+            progress_trusted: false,
+            fence_rev: 0,
+            record: None,
+            found: None,
+            takeovers: 0,
+            watch: None,
+            next_watch_id: 1,
+            delivered: 0,
+            watch_paused: false,
+            gen: None,
+            batcher: Batcher::new(limits, allow_split),
+            work: VecDeque::new(),
+            committing: false,
+            backoff: Backoff::new(b.initial_delay, b.max_delay),
+            throttle: Backoff::throttled(b.initial_delay, b.max_delay),
+            pacer: Pacer::new(s.max_ops_per_second),
+            failures_in_row: 0,
+            next_progress_request: None,
+            last_idle_advance: None,
+            quota_probe_at: None,
+            resume_at: None,
+            lag_since: None,
+            consecutive_resyncs: 0,
+            shutdown: false,
+            paused: false,
+            started: false,
+            keys,
+            rng,
+            cfg: config,
+        })
+    }
+
+    /// The published status.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    /// The key space (rewrite rules) of this link.
+    pub fn keys(&self) -> &KeySpace {
+        &self.keys
+    }
+
+    /// Feeds one input.
+    pub fn handle_input(&mut self, now: Instant, input: Input) {
+        if self.stage == Stage::Stopped {
+            return;
+        }
+        match input {
+            Input::Done { id, result } => {
+                let Some(job) = self.inflight.remove(&id) else {
+                    return;
+                };
+                self.on_done(now, job, result);
+            }
+            Input::Watch { watch_id, event } => {
+                if self.watch == Some(watch_id) {
+                    self.on_watch(now, event);
+                }
+            }
+            Input::Control(c) => self.on_control(now, c),
+        }
+        self.pump(now);
+        self.refresh_status(now);
+    }
+
+    /// The next output. Drain until `Timeout` or `Stopped`.
+    pub fn poll_output(&mut self, now: Instant) -> Output {
+        if !self.started {
+            self.started = true;
+            self.status.phase = Phase::Connecting;
+            self.issue(
+                Job::ProbeSource,
+                Command::Status {
+                    cluster: Cluster::Source,
+                },
+            );
+            self.issue(
+                Job::ProbeTarget,
+                Command::Status {
+                    cluster: Cluster::Target,
+                },
+            );
+        }
+        self.fire_timers(now);
+        self.pump(now);
+        self.refresh_status(now);
+        if let Some(o) = self.out.pop_front() {
+            return o;
+        }
+        if let Some(r) = &self.stopped {
+            return Output::Stopped(r.clone());
+        }
+        if self.shutdown && !self.committing {
+            return self.stop(now, StopReason::Shutdown);
+        }
+        Output::Timeout(self.next_deadline().unwrap_or(Instant(u64::MAX)))
+    }
+}
+
+/// The smallest key after `k`.
+fn next_key(mut k: Vec<u8>) -> Vec<u8> {
+    k.push(0);
+    k
+}

@@ -1,0 +1,57 @@
+//! Status refresh: watermark, lag and phase.
+
+use super::*;
+
+impl Mirror {
+    pub(super) fn observe_source_rev(&mut self, now: Instant, rev: i64) {
+        if rev > self.status.source_revision {
+            self.status.source_revision = rev;
+        }
+        let _ = now;
+    }
+
+    pub(super) fn refresh_status(&mut self, now: Instant) {
+        let w = self
+            .record
+            .as_ref()
+            .map_or(self.status.last_applied_revision, |r| r.watermark);
+        self.status.last_applied_revision = w;
+        let lag = (self.status.source_revision - w).max(0);
+        // Lag in revisions counts every revision of the source cluster, including other
+        // prefixes; lag in time starts when the watch delivered something not yet applied.
+        self.status.lag_revisions = lag;
+        let behind = self.delivered > w || !self.batcher.is_empty() || !self.work.is_empty();
+        match (behind, self.lag_since) {
+            (true, None) => self.lag_since = Some(now),
+            (false, Some(_)) => self.lag_since = None,
+            _ => {}
+        }
+        self.status.lag_seconds = self
+            .lag_since
+            .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
+        if self.stage != Stage::Stopped {
+            let lagging = self.status.lag_seconds > self.cfg.sync.max_lag.as_secs_f64();
+            self.status.set_condition(
+                now,
+                C::ReplicationLagExceeded,
+                lagging,
+                if lagging {
+                    "LagExceeded"
+                } else {
+                    "WithinBound"
+                },
+                "",
+            );
+            if self.stage == Stage::Tail && !self.paused {
+                self.status.phase = if self.status.backoff.is_some() {
+                    Phase::Degraded
+                } else {
+                    Phase::Syncing
+                };
+            }
+            if self.paused {
+                self.status.phase = Phase::Paused;
+            }
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The live tail: watch handling, revision grouping, compaction.
+
+use super::*;
+
+impl Mirror {
+    pub(super) fn start_tail(&mut self, now: Instant) {
+        self.stage = Stage::Tail;
+        self.status.phase = Phase::Syncing;
+        self.status
+            .set_condition(now, C::InitialSyncComplete, true, "Synced", "");
+        let w = self.record.as_ref().map_or(0, |r| r.watermark);
+        // A split revision in progress is re-delivered from its start; `feed_events`
+        // skips the ops already applied.
+        let from = w + 1;
+        self.delivered = w;
+        self.open_watch(now, from);
+    }
+
+    pub(super) fn open_watch(&mut self, now: Instant, from: i64) {
+        self.cancel_watch();
+        let id = self.next_watch_id;
+        self.next_watch_id += 1;
+        self.watch = Some(id);
+        let (key, range_end) = self.keys.source_range();
+        self.issue(
+            Job::WatchOpen,
+            Command::Watch(WatchRequest {
+                watch_id: id,
+                key,
+                range_end,
+                start_revision: from,
+            }),
+        );
+        self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
+    }
+
+    pub(super) fn cancel_watch(&mut self) {
+        if let Some(id) = self.watch.take() {
+            self.issue(Job::Fire, Command::CancelWatch { watch_id: id });
+        }
+    }
+
+    pub(super) fn on_watch(&mut self, now: Instant, ev: WatchEvent) {
+        match ev {
+            WatchEvent::Events {
+                header_revision,
+                events,
+            } => {
+                self.observe_source_rev(now, header_revision);
+                self.status
+                    .set_condition(now, C::SourceReachable, true, "Reachable", "");
+                if let Some(last) = events.last() {
+                    self.delivered = self.delivered.max(last.kv.mod_revision);
+                }
+                let holding = self.gen.as_ref().is_some_and(|g| {
+                    matches!(
+                        g.step,
+                        GenStep::R0 | GenStep::Scanning | GenStep::Sweeping | GenStep::Finishing
+                    )
+                });
+                if holding {
+                    let bytes: u64 = events
+                        .iter()
+                        .map(|e| (e.kv.key.len() + e.kv.value.len() + 32) as u64)
+                        .sum();
+                    let limit = self.cfg.sync.watch_buffer_bytes;
+                    let Some(g) = &mut self.gen else { return };
+                    g.held_bytes += bytes;
+                    g.held.push_back(events);
+                    if g.held_bytes > limit {
+                        self.restart_genesis(
+                            now,
+                            "the replay buffer overflowed sync.watchBufferBytes",
+                        );
+                    }
+                    return;
+                }
+                self.feed_events(now, events);
+                self.batcher.flush();
+                if self.stage == Stage::Tail
+                    && self.batcher.queued_bytes() as u64 > self.cfg.sync.watch_buffer_bytes
+                {
+                    // Backpressure: stop reading until the target catches up.
+                    self.cancel_watch();
+                    self.watch_paused = true;
+                }
+            }
+            WatchEvent::Progress { revision } => {
+                self.observe_source_rev(now, revision);
+                if !self.progress_trusted {
+                    return;
+                }
+                self.delivered = self.delivered.max(revision);
+                let idle = self.stage == Stage::Tail
+                    && self.work.is_empty()
+                    && !self.committing
+                    && self.batcher.is_empty();
+                let w = self.record.as_ref().map_or(0, |r| r.watermark);
+                let split = self.record.as_ref().is_some_and(|r| r.split.is_some());
+                let due = self
+                    .last_idle_advance
+                    .is_none_or(|t| now >= t + IDLE_ADVANCE_EVERY);
+                if idle && !split && revision > w && due && !self.paused {
+                    self.last_idle_advance = Some(now);
+                    self.work
+                        .push_back(Work::Fence(FenceWhy::IdleAdvance { rev: revision }));
+                }
+            }
+            WatchEvent::Cancelled {
+                compact_revision,
+                reason,
+            } => {
+                self.watch = None;
+                if compact_revision > 0 {
+                    self.on_compacted(now, compact_revision);
+                } else {
+                    self.watch_failed(now, format!("watch cancelled by the server: {reason}"));
+                }
+            }
+            WatchEvent::Failed { failure } => {
+                self.watch = None;
+                match failure {
+                    Failure::Compacted { rev } => self.on_compacted(now, rev),
+                    Failure::Permanent { kind, message } => {
+                        let fk = if kind == PermanentKind::Unsupported {
+                            FailKind::Unsupported
+                        } else {
+                            FailKind::Permanent
+                        };
+                        self.fail(now, fk, message);
+                    }
+                    f => {
+                        self.status.set_condition(
+                            now,
+                            C::SourceReachable,
+                            false,
+                            f.label(),
+                            f.to_string(),
+                        );
+                        self.watch_failed(now, f.to_string());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reopens the watch after a backoff, continuing after what was delivered.
+    pub(super) fn watch_failed(&mut self, now: Instant, why: String) {
+        self.status.last_error = Some(why);
+        let delay = self.backoff.next_delay(&mut self.rng);
+        let at = now + delay;
+        let from = self.delivered + 1;
+        let id = self.next_watch_id;
+        self.next_watch_id += 1;
+        self.watch = Some(id);
+        let (key, range_end) = self.keys.source_range();
+        self.status.backoff = Some(BackoffState {
+            kind: "transient".into(),
+            attempt: self.backoff.attempt(),
+            until: at,
+        });
+        self.retry.retain(|r| !matches!(r.job, Job::WatchOpen));
+        self.retry.push(Retry {
+            at,
+            cmd: Command::Watch(WatchRequest {
+                watch_id: id,
+                key,
+                range_end,
+                start_revision: from,
+            }),
+            job: Job::WatchOpen,
+        });
+    }
+
+    pub(super) fn on_compacted(&mut self, now: Instant, compact_revision: i64) {
+        self.status.set_condition(
+            now,
+            C::Compacted,
+            true,
+            "Compacted",
+            format!("the source compacted past the revision the mirror needed (compact revision {compact_revision})"),
+        );
+        if self.stage == Stage::Genesis {
+            self.restart_genesis(now, "the source was compacted past R0 during the scan");
+            return;
+        }
+        self.status.forced_resync_count += 1;
+        self.consecutive_resyncs += 1;
+        if self.consecutive_resyncs >= self.cfg.sync.resync_loop_threshold {
+            self.status.set_condition(
+                now,
+                C::ResyncLoopDetected,
+                true,
+                "ResyncLoop",
+                format!("{} forced resyncs in a row without live progress; the source compacts faster than the mirror copies — raise the source's compaction retention", self.consecutive_resyncs),
+            );
+        }
+        self.cancel_watch();
+        self.batcher.clear();
+        self.work.retain(|w| !matches!(w, Work::Tail(_)));
+        if self.committing {
+            // The in-flight commit finishes first; its Tail completion is harmless.
+        }
+        self.begin_genesis(now, true);
+    }
+
+    pub(super) fn restart_genesis(&mut self, now: Instant, why: &str) {
+        self.status.scan_restart_count += 1;
+        self.status.last_error = Some(format!("genesis restarted: {why}"));
+        self.cancel_watch();
+        self.work.clear();
+        self.batcher.clear();
+        self.begin_genesis(now, true);
+    }
+
+    /// Groups a watch response by revision and feeds the batcher, dropping what the
+    /// watermark already covers (etcd #20221) and ops a split already applied.
+    pub(super) fn feed_events(&mut self, now: Instant, events: Vec<Event>) {
+        let (w, split) = match &self.record {
+            Some(r) => (r.watermark, r.split),
+            None => (0, None),
+        };
+        let floor = self
+            .record
+            .as_ref()
+            .and_then(|r| r.scan.as_ref())
+            .map_or(w, |s| s.base.max(w));
+        let mut groups: Vec<RevGroup> = Vec::new();
+        for e in events {
+            let rev = e.kv.mod_revision;
+            if rev <= floor {
+                continue;
+            }
+            // Ops on excluded or out-of-scope keys are dropped before anything counts
+            // them, so split offsets are stable across a resume.
+            let op = self.op_for(&e);
+            match groups.last_mut() {
+                Some(g) if g.rev == rev => g.ops.extend(op),
+                _ => groups.push(RevGroup {
+                    rev,
+                    skip: 0,
+                    ops: op.into_iter().collect(),
+                }),
+            }
+        }
+        for mut g in groups {
+            if let Some(s) = split {
+                if s.rev == g.rev {
+                    let done = s.done as usize;
+                    g.skip = s.done;
+                    g.ops = g.ops.split_off(done.min(g.ops.len()));
+                }
+            }
+            if let Err(o) = self.batcher.push(g) {
+                return self.fail(
+                    now,
+                    FailKind::TooLarge,
+                    format!(
+                        "source revision {} has {} ops, more than one target Txn holds, and oversizedRevision is Fail",
+                        o.rev, o.ops
+                    ),
+                );
+            }
+        }
+    }
+
+    pub(super) fn op_for(&self, e: &Event) -> Option<TxnOp> {
+        let key = self.keys.rewrite(&e.kv.key)?;
+        Some(match e.kind {
+            EventKind::Put => TxnOp::Put {
+                key,
+                value: e.kv.value.clone(),
+            },
+            EventKind::Delete => TxnOp::Delete {
+                key,
+                range_end: Vec::new(),
+            },
+        })
+    }
+}

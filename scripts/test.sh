@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The single test command: installs what is missing, then format, lint and test everything.
+# CI runs exactly this (via .ci/run). Safe to run repeatedly; builds are incremental.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "installing what is missing (etcd 3.4 + 3.5, protoc)"
+# install-etcd.sh prints `export TIDEMARK_ETCD_34=...` / `export TIDEMARK_ETCD_35=...`.
+eval "$(bash scripts/install-etcd.sh | grep '^export ')"
+export TIDEMARK_ETCD_34 TIDEMARK_ETCD_35
+for tool in rustfmt clippy-driver; do
+  command -v "$tool" >/dev/null 2>&1 || rustup component add "${tool%-driver}" >&2
+done
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy (all targets, -D warnings)"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test --workspace"
+cargo test --workspace
+
+if [ -x scripts/sim-batch.sh ]; then
+  step "simulator seed batch"
+  bash scripts/sim-batch.sh
+fi
+
+if [ -x scripts/fuzz-smoke.sh ]; then
+  step "fuzz smoke"
+  bash scripts/fuzz-smoke.sh
+fi
+
+step "all checks passed"
