@@ -1,1 +1,20 @@
-//! tidemark-etcd (under construction).
+//! tidemark-etcd: executes the mirror core's commands against real etcd clusters.
+//!
+//! The core (`tidemark-core`) decides everything; this crate only translates its
+//! [`Command`](tidemark_core::etcd::Command)s into etcd-client calls, classifies every error
+//! with core's `classify`, runs source watches as background tasks and drives the
+//! `handle_input` / `poll_output` loop on a monotonic clock.
+
+pub mod agent;
+pub mod config;
+pub mod connect;
+pub mod error;
+pub mod exec;
+pub mod metrics;
+pub mod probe;
+pub mod watch;
+
+pub use agent::{Agent, Core};
+pub use connect::ClusterConn;
+pub use error::{failure_from, DriverError};
+pub use exec::Executor;

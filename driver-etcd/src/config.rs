@@ -1,0 +1,239 @@
+//! Loading the agent's config: the EtcdMirror spec from YAML/JSON, command-line overrides,
+//! and every check that must pass before anything connects.
+
+use crate::error::DriverError;
+use std::path::Path;
+use tidemark_core::config::{
+    ConfigErrors, ConfigProblem, EndpointSpec, InitialSyncMode, MirrorConfig, Mode,
+};
+
+/// Command-line values that replace config fields (a `None` leaves the field alone).
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub source_endpoints: Option<Vec<String>>,
+    pub target_endpoints: Option<Vec<String>>,
+    pub source_prefix: Option<String>,
+    pub target_prefix: Option<String>,
+    pub dest_prefix: Option<String>,
+    pub mode: Option<Mode>,
+    pub initial_sync_mode: Option<InitialSyncMode>,
+    pub start_revision: Option<i64>,
+    pub max_txn_ops: Option<u32>,
+    pub link: Option<String>,
+}
+
+impl Overrides {
+    /// Writes every set override into `c`.
+    pub fn apply(&self, c: &mut MirrorConfig) {
+        if let Some(e) = &self.source_endpoints {
+            c.source.endpoint_list = e.clone();
+        }
+        if let Some(e) = &self.target_endpoints {
+            c.target.endpoint_list = e.clone();
+        }
+        if let Some(p) = &self.source_prefix {
+            c.source.prefix = p.clone();
+        }
+        if let Some(p) = &self.target_prefix {
+            c.target.prefix = p.clone();
+        }
+        if let Some(p) = &self.dest_prefix {
+            c.sync.dest_prefix = p.clone();
+        }
+        if let Some(m) = self.mode {
+            c.mode = m;
+        }
+        if let Some(m) = self.initial_sync_mode {
+            c.initial_sync.mode = m;
+        }
+        if let Some(r) = self.start_revision {
+            c.initial_sync.start_revision = r;
+        }
+        if let Some(n) = self.max_txn_ops {
+            c.sync.max_txn_ops = n;
+        }
+        if let Some(l) = &self.link {
+            c.link = Some(l.clone());
+        }
+    }
+}
+
+/// Parses a config file (YAML, which also accepts JSON).
+pub fn parse(path: &Path) -> Result<MirrorConfig, DriverError> {
+    let text = std::fs::read_to_string(path).map_err(|e| DriverError::Read {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    serde_yaml::from_str(&text).map_err(|e| DriverError::Parse {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Loads, overrides and fully validates a config; every problem is reported at once.
+pub fn load(path: &Path, overrides: &Overrides) -> Result<MirrorConfig, DriverError> {
+    let mut c = parse(path)?;
+    overrides.apply(&mut c);
+    validate(&c)?;
+    Ok(c)
+}
+
+/// Core validation plus what only the driver can check: that every named file exists and
+/// that this build can honour the connection settings.
+pub fn validate(c: &MirrorConfig) -> Result<(), ConfigErrors> {
+    let mut problems = match c.validate() {
+        Ok(()) => Vec::new(),
+        Err(ConfigErrors(p)) => p,
+    };
+    for (side, ep) in [("source", &c.source), ("target", &c.target)] {
+        check_endpoint_files(side, ep, &mut problems);
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigErrors(problems))
+    }
+}
+
+fn check_endpoint_files(side: &str, ep: &EndpointSpec, out: &mut Vec<ConfigProblem>) {
+    let mut file = |field: &str, path: &Option<String>| {
+        if let Some(p) = path {
+            if !Path::new(p).is_file() {
+                out.push(ConfigProblem {
+                    field: format!("{side}.{field}"),
+                    problem: format!("file {p:?} does not exist or is not a regular file"),
+                });
+            }
+        }
+    };
+    if let Some(t) = &ep.tls {
+        file("tls.caFile", &t.ca_file);
+        file("tls.certFile", &t.cert_file);
+        file("tls.keyFile", &t.key_file);
+    }
+    if let Some(a) = &ep.auth {
+        file("auth.passwordFile", &a.password_file);
+    }
+    let mut push = |field: String, problem: String| out.push(ConfigProblem { field, problem });
+    if ep.service_ref.is_some() {
+        push(
+            format!("{side}.serviceRef"),
+            "is only resolved by the Kubernetes controller; the standalone agent needs endpointList".into(),
+        );
+    }
+    if let Some(t) = &ep.tls {
+        if t.secret_ref.is_some() || t.ca_bundle_ref.is_some() {
+            push(
+                format!("{side}.tls"),
+                "secretRef/caBundleRef are only resolved by the Kubernetes controller; use caFile/certFile/keyFile".into(),
+            );
+        }
+        if t.insecure_skip_verify && t.insecure_skip_verify_acknowledge_risk {
+            push(
+                format!("{side}.tls.insecureSkipVerify"),
+                "is not supported by this build (rustls verification cannot be disabled); set caFile to the server's CA and serverName if needed".into(),
+            );
+        }
+        if ep.endpoint_list.iter().any(|u| u.starts_with("http://")) {
+            push(
+                format!("{side}.endpointList"),
+                "uses http:// but tls is set; use https:// URLs with TLS".into(),
+            );
+        }
+    }
+    if let Some(a) = &ep.auth {
+        if a.secret_ref.is_some() {
+            push(
+                format!("{side}.auth.secretRef"),
+                "is only resolved by the Kubernetes controller; use username + passwordFile".into(),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn minimal_config_loads() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "m.yaml",
+            r#"
+source: {endpointList: ["http://127.0.0.1:2379"], prefix: /app/}
+target: {endpointList: ["http://127.0.0.1:22379"], prefix: /mirror/}
+initialSync: {mode: RequireEmpty}
+"#,
+        );
+        let c = load(&p, &Overrides::default()).unwrap();
+        assert_eq!(c.source.prefix, "/app/");
+        assert_eq!(c.sync.max_txn_ops, 128);
+    }
+
+    #[test]
+    fn overrides_apply_before_validation() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "m.yaml",
+            "source: {prefix: /app/}\ntarget: {prefix: /m/}\n",
+        );
+        assert!(load(&p, &Overrides::default()).is_err());
+        let o = Overrides {
+            source_endpoints: Some(vec!["http://127.0.0.1:1".into()]),
+            target_endpoints: Some(vec!["http://127.0.0.1:2".into()]),
+            target_prefix: Some("/other/".into()),
+            ..Default::default()
+        };
+        let c = load(&p, &o).unwrap();
+        assert_eq!(c.target.prefix, "/other/");
+    }
+
+    #[test]
+    fn every_problem_is_listed_with_its_field() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "m.yaml",
+            r#"
+source:
+  endpointList: ["https://127.0.0.1:2379"]
+  prefix: /app/
+  tls: {caFile: /nonexistent/ca.pem}
+target:
+  endpointList: ["http://127.0.0.1:22379"]
+  prefix: /mirror/
+  auth: {username: u, passwordFile: /nonexistent/pw}
+sync: {maxTxnOps: 1}
+"#,
+        );
+        let err = load(&p, &Overrides::default()).unwrap_err().to_string();
+        for f in [
+            "source.tls.caFile",
+            "target.auth.passwordFile",
+            "sync.maxTxnOps",
+        ] {
+            assert!(err.contains(f), "missing {f} in {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "m.yaml",
+            "source: {endpointList: [\"http://a:1\"], prefx: /a/}\ntarget: {prefix: /m/}\n",
+        );
+        let err = load(&p, &Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("prefx"), "{err}");
+    }
+}

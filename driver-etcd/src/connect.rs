@@ -1,0 +1,312 @@
+//! One lazily (re)connected etcd client per cluster, with endpoint rotation.
+//!
+//! The mirror talks to one endpoint of a cluster at a time. A transient failure drops the
+//! connection and moves to the next endpoint in the list, so the core's backoff governs how
+//! fast the endpoints are retried and a dead member is skipped on the next attempt.
+
+use crate::error::{deadline_failure, failure_from, DriverError};
+use crate::probe;
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use std::time::Duration;
+use tidemark_core::classify::Failure;
+use tidemark_core::config::{AuthSpec, EndpointSpec, TlsSpec};
+use tidemark_core::etcd::{Cluster, StatusReply};
+use tokio::sync::Mutex;
+
+/// Decoding limit for responses: etcd clients accept up to 2 GiB; range pages and watch
+/// responses can exceed tonic's 4 MiB default when values are large.
+pub const MAX_DECODING_BYTES: usize = 512 << 20;
+
+/// Connection settings derived from one side's [`EndpointSpec`]; credentials already loaded.
+#[derive(Clone)]
+pub struct ConnSettings {
+    /// Endpoint URLs, tried in order with rotation on failure.
+    pub endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    tls: Option<TlsOptions>,
+    /// Deadline for connecting (and the connect-time probe).
+    pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for ConnSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the password.
+        f.debug_struct("ConnSettings")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl ConnSettings {
+    /// Loads TLS material and the password file named by `spec` (the config was validated
+    /// already; this is where unreadable files surface, with the field name).
+    pub fn from_spec(
+        side: &str,
+        spec: &EndpointSpec,
+        connect_timeout: Duration,
+    ) -> Result<Self, DriverError> {
+        let tls = match &spec.tls {
+            Some(t) => Some(load_tls(side, t)?),
+            None => None,
+        };
+        let user = match &spec.auth {
+            Some(a) => load_auth(side, a)?,
+            None => None,
+        };
+        Ok(ConnSettings {
+            endpoints: spec.endpoint_list.clone(),
+            user,
+            tls,
+            connect_timeout,
+        })
+    }
+
+    /// Plain-text settings for a list of endpoints (tests, tools).
+    pub fn plain(endpoints: Vec<String>, connect_timeout: Duration) -> Self {
+        ConnSettings {
+            endpoints,
+            user: None,
+            tls: None,
+            connect_timeout,
+        }
+    }
+
+    /// Adds username/password auth.
+    pub fn with_user(mut self, user: &str, password: &str) -> Self {
+        self.user = Some((user.into(), password.into()));
+        self
+    }
+
+    fn options(&self) -> ConnectOptions {
+        let mut o = ConnectOptions::new()
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true)
+            .with_connect_timeout(self.connect_timeout)
+            .with_tcp_keepalive(Duration::from_secs(30))
+            // `hasleader` metadata: a member cut off from the leader fails our RPCs and
+            // watches instead of serving stale data.
+            .with_require_leader(true)
+            .with_auto_token_refresh(true);
+        if let Some((u, p)) = &self.user {
+            o = o.with_user(u.clone(), p.clone());
+        }
+        if let Some(t) = &self.tls {
+            o = o.with_tls(t.clone());
+        }
+        o
+    }
+}
+
+fn read_file(field: String, path: &str) -> Result<Vec<u8>, DriverError> {
+    std::fs::read(path).map_err(|e| DriverError::Credentials {
+        field,
+        message: format!("cannot read {path}: {e}"),
+    })
+}
+
+fn load_tls(side: &str, t: &TlsSpec) -> Result<TlsOptions, DriverError> {
+    if t.insecure_skip_verify {
+        // tonic's rustls client has no switch to disable verification; refuse rather than
+        // silently verify against nothing.
+        return Err(DriverError::Credentials {
+            field: format!("{side}.tls.insecureSkipVerify"),
+            message: "is not supported by this build; set caFile to the server's CA bundle (and serverName if the certificate names another host)".into(),
+        });
+    }
+    let mut o = TlsOptions::new();
+    if let Some(ca) = &t.ca_file {
+        let pem = read_file(format!("{side}.tls.caFile"), ca)?;
+        o = o.ca_certificate(Certificate::from_pem(pem));
+    }
+    match (&t.cert_file, &t.key_file) {
+        (Some(c), Some(k)) => {
+            let cert = read_file(format!("{side}.tls.certFile"), c)?;
+            let key = read_file(format!("{side}.tls.keyFile"), k)?;
+            o = o.identity(Identity::from_pem(cert, key));
+        }
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err(DriverError::Credentials {
+                field: format!("{side}.tls.keyFile"),
+                message: "certFile is set but keyFile is not; set both or neither".into(),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(DriverError::Credentials {
+                field: format!("{side}.tls.certFile"),
+                message: "keyFile is set but certFile is not; set both or neither".into(),
+            })
+        }
+    }
+    if let Some(n) = &t.server_name {
+        o = o.domain_name(n.clone());
+    }
+    Ok(o)
+}
+
+fn load_auth(side: &str, a: &AuthSpec) -> Result<Option<(String, String)>, DriverError> {
+    match (&a.username, &a.password_file) {
+        (None, None) => Ok(None),
+        (Some(u), Some(f)) => {
+            let raw = read_file(format!("{side}.auth.passwordFile"), f)?;
+            let pw = String::from_utf8(raw).map_err(|_| DriverError::Credentials {
+                field: format!("{side}.auth.passwordFile"),
+                message: format!("{f} is not UTF-8"),
+            })?;
+            // A trailing newline is an editor artefact, never part of the password.
+            let pw = pw.strip_suffix('\n').unwrap_or(&pw);
+            let pw = pw.strip_suffix('\r').unwrap_or(pw);
+            Ok(Some((u.clone(), pw.to_string())))
+        }
+        (Some(_), None) => Err(DriverError::Credentials {
+            field: format!("{side}.auth.passwordFile"),
+            message: "username is set but passwordFile is not".into(),
+        }),
+        (None, Some(_)) => Err(DriverError::Credentials {
+            field: format!("{side}.auth.username"),
+            message: "passwordFile is set but username is not".into(),
+        }),
+    }
+}
+
+struct ConnState {
+    client: Option<Client>,
+    /// Bumped on every (re)connect so a stale failure report cannot rotate twice.
+    generation: u64,
+    /// Index of the endpoint the next connect uses.
+    next: usize,
+    /// What the connect-time probe learned.
+    last_probe: Option<StatusReply>,
+}
+
+/// A cluster connection shared by every command and watch task for one side.
+pub struct ClusterConn {
+    side: Cluster,
+    settings: ConnSettings,
+    state: Mutex<ConnState>,
+}
+
+impl std::fmt::Debug for ClusterConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConn")
+            .field("side", &self.side)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+/// A connected client and the generation it belongs to (for [`ClusterConn::report`]).
+#[derive(Clone)]
+#[allow(missing_debug_implementations)] // etcd_client::Client is not Debug
+pub struct Conn {
+    pub client: Client,
+    pub generation: u64,
+}
+
+impl ClusterConn {
+    /// Nothing connects until the first command needs it.
+    pub fn new(side: Cluster, settings: ConnSettings) -> Self {
+        ClusterConn {
+            side,
+            settings,
+            state: Mutex::new(ConnState {
+                client: None,
+                generation: 0,
+                next: 0,
+                last_probe: None,
+            }),
+        }
+    }
+
+    /// Which cluster this is.
+    pub fn side(&self) -> Cluster {
+        self.side
+    }
+
+    /// The current client, connecting (and probing) the next endpoint if there is none.
+    pub async fn get(&self) -> Result<Conn, Failure> {
+        let mut st = self.state.lock().await;
+        if let Some(c) = &st.client {
+            return Ok(Conn {
+                client: c.clone(),
+                generation: st.generation,
+            });
+        }
+        let n = self.settings.endpoints.len().max(1);
+        let idx = st.next % n;
+        let endpoint = self
+            .settings
+            .endpoints
+            .get(idx)
+            .cloned()
+            .unwrap_or_default();
+        let t = self.settings.connect_timeout;
+        let attempt = async {
+            let mut client = Client::connect([endpoint.as_str()], Some(self.settings.options()))
+                .await
+                .map_err(|e| failure_from(&e))?;
+            let probe = probe::status(&mut client).await?;
+            Ok::<_, Failure>((client, probe))
+        };
+        match tokio::time::timeout(t, attempt).await {
+            Ok(Ok((client, probe))) => {
+                tracing::info!(
+                    cluster = ?self.side,
+                    endpoint = %endpoint,
+                    version = %probe.version,
+                    revision = probe.header_revision,
+                    learner = probe.is_learner,
+                    "connected"
+                );
+                st.generation += 1;
+                st.client = Some(client.clone());
+                st.last_probe = Some(probe);
+                Ok(Conn {
+                    client,
+                    generation: st.generation,
+                })
+            }
+            Ok(Err(f)) => {
+                tracing::warn!(cluster = ?self.side, endpoint = %endpoint, error = %f, "connect failed");
+                st.next = idx + 1;
+                Err(f)
+            }
+            Err(_) => {
+                tracing::warn!(cluster = ?self.side, endpoint = %endpoint, "connect timed out");
+                st.next = idx + 1;
+                // A connect that timed out wrote nothing: transient, not unknown.
+                Err(Failure::Transient {
+                    message: format!("connect to {endpoint} timed out after {t:?}"),
+                })
+            }
+        }
+    }
+
+    /// Tells the connection a command on `generation` failed with `f`. Connection-level
+    /// failures drop the client and rotate to the next endpoint.
+    pub async fn report(&self, generation: u64, f: &Failure) {
+        let drop_conn = matches!(f, Failure::Transient { .. } | Failure::Unknown { .. });
+        if !drop_conn {
+            return;
+        }
+        let mut st = self.state.lock().await;
+        if st.generation == generation && st.client.is_some() {
+            tracing::debug!(cluster = ?self.side, error = %f, "dropping connection, rotating endpoint");
+            st.client = None;
+            st.next += 1;
+        }
+    }
+
+    /// What the last connect-time probe learned, if any.
+    pub async fn last_probe(&self) -> Option<StatusReply> {
+        self.state.lock().await.last_probe.clone()
+    }
+
+    /// Maps a deadline on this cluster to a failure.
+    pub fn deadline(&self, what: &str, t: Duration) -> Failure {
+        deadline_failure(&format!("{:?} {what}", self.side), t)
+    }
+}

@@ -1,0 +1,2 @@
+//! `tidemark-mirror`: the standalone mirror agent (under construction).
+fn main() {}
