@@ -164,6 +164,14 @@ pub struct Status {
     pub applied_ops: u64,
     pub applied_bytes: u64,
     pub pruned_keys: u64,
+    /// Keys written or deleted by reconciliation repairs.
+    pub repaired_keys: u64,
+    pub reconcile_passes: u64,
+    pub last_pass_duration_seconds: f64,
+    /// Times a paced repair cancelled the source watch to bound its buffer.
+    pub watch_cancels_for_pacing: u64,
+    /// The revision a drain waits for, once known.
+    pub drain_target_revision: Option<i64>,
     pub forced_resync_count: u64,
     pub scan_restart_count: u64,
     pub split_revision_count: u64,

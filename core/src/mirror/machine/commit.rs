@@ -12,7 +12,8 @@ impl Mirror {
             .gen
             .as_ref()
             .is_some_and(|g| g.step == GenStep::Replaying);
-        if self.stage == Stage::Tail || replaying {
+        // A reconciliation pass holds the tail so the target stays at source@W + drift.
+        if (self.stage == Stage::Tail && self.pass.is_none()) || replaying {
             while let Some(b) = self.batcher.pop() {
                 self.work.push_back(Work::Tail(b));
             }
@@ -35,6 +36,8 @@ impl Mirror {
         }
         let Some(front) = self.work.front() else {
             self.after_queue_drained(now);
+            self.maybe_finish_pass(now);
+            self.maybe_start_background(now);
             return;
         };
         let n = front.ops().len() as u64;
@@ -115,7 +118,8 @@ impl Mirror {
                 }
                 (None, None) => {}
             },
-            Work::Sweep { .. } => {}
+            Work::Sweep { .. } | Work::Repair { .. } => {}
+            Work::Fence(FenceWhy::Cutover) => rec.role = Role::Primary,
             Work::Fence(FenceWhy::StartGenesis { base, prune, .. }) => {
                 rec.scan = Some(Scan {
                     base: *base,
@@ -230,6 +234,10 @@ impl Mirror {
             Work::Sweep { ops } => {
                 self.status.pruned_keys += ops.len() as u64;
             }
+            Work::Repair { ops } => {
+                self.status.repaired_keys += ops.len() as u64;
+            }
+            Work::Fence(FenceWhy::Cutover) => self.cutover_done(now),
             Work::Fence(FenceWhy::StartGenesis { seq, .. }) => {
                 if self.gen.as_ref().is_some_and(|g| g.seq == seq) {
                     self.begin_scan(now);
@@ -474,11 +482,20 @@ impl Mirror {
                 self.work.push_front(Work::Sweep { ops: second });
                 self.work.push_front(Work::Sweep { ops });
             }
+            Work::Repair { mut ops } => {
+                if ops.len() <= 1 {
+                    return too_large(self);
+                }
+                let second = ops.split_off(ops.len() / 2);
+                self.work.push_front(Work::Repair { ops: second });
+                self.work.push_front(Work::Repair { ops });
+            }
             Work::Claim | Work::Fence(_) => too_large(self),
         }
     }
 
     pub(super) fn park(&mut self, now: Instant, c: Commit) {
+        self.pass = None;
         self.committing = false;
         self.stage = Stage::Parked;
         self.status.phase = Phase::Degraded;

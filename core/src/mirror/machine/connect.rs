@@ -98,6 +98,18 @@ impl Mirror {
                     format!("the fence key holds the checkpoint of another link ({:?}); choose another target prefix or checkpoint.key", c.link),
                 );
             }
+            if c.role == Role::Primary && self.drain_requested {
+                // A drain that already cut over (e.g. killed right after the flip): done.
+                let cutover = Cutover {
+                    drain_target_revision: c.watermark,
+                    drained_revision: c.watermark,
+                    verified_time: now,
+                    counts: Counts::default(),
+                    leased_key_count: 0,
+                };
+                self.status.last_applied_revision = c.watermark;
+                return self.publish_cutover(now, cutover);
+            }
             if c.role == Role::Primary {
                 return self.fail(
                     now,

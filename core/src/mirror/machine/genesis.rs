@@ -16,6 +16,7 @@ impl Mirror {
 
     /// Drops every volatile thing and continues from what the target durably holds.
     pub(super) fn resume_from_record(&mut self, now: Instant) {
+        self.pass = None;
         self.cancel_watch();
         self.work.clear();
         self.batcher.clear();
@@ -480,6 +481,7 @@ impl Mirror {
     }
 
     pub(super) fn genesis_done(&mut self, now: Instant) {
+        self.arm_reconcile(now);
         let leased = self.gen.as_ref().map_or(0, |g| g.leased);
         self.status.lease_backed_key_count = leased;
         self.status.set_condition(

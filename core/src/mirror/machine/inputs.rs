@@ -11,13 +11,10 @@ impl Mirror {
                 self.status.phase = Phase::Paused;
             }
             Control::Resume => self.paused = false,
-            Control::Drain | Control::Reconcile => {
-                self.status.last_error = Some(format!(
-                    "{c:?} is not supported by this build yet (issue C2)"
-                ));
-            }
+            Control::Drain => self.drain_requested = true,
+            Control::Reconcile => self.reconcile_requested = true,
         }
-        let _ = now;
+        self.pump(now);
     }
 
     pub(super) fn on_done(&mut self, now: Instant, job: Job, result: Result<Reply, Failure>) {
@@ -45,6 +42,12 @@ impl Mirror {
             (Job::ScanPage(_), Ok(Reply::Range(r))) => self.on_scan_page(now, r),
             (Job::ProbeMaxModRevision(_), Ok(Reply::Range(r))) => self.on_untrusted_probe(now, r),
             (Job::SweepPage(_), Ok(Reply::Range(r))) => self.on_sweep_page(now, r),
+            (Job::PassSource(seq) | Job::PassTarget(seq), _)
+                if self.pass.as_ref().is_none_or(|p| p.seq != seq) => {}
+            (Job::PassSource(_), Ok(Reply::Range(r))) => self.on_pass_page(now, true, r),
+            (Job::PassTarget(_), Ok(Reply::Range(r))) => self.on_pass_page(now, false, r),
+            (Job::PassSource(_), Err(Failure::Compacted { .. })) => self.on_pass_compacted(now),
+            (Job::DrainTarget, Ok(Reply::Range(r))) => self.on_drain_target(now, r),
             (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_commit(now, *c, t),
             (Job::Commit(c), Err(f)) => self.on_commit_failed(now, *c, f),
             (Job::ResolveUnknown(c), Ok(Reply::Range(r))) => self.on_resolve(now, *c, r),
@@ -79,9 +82,12 @@ impl Mirror {
 
     pub(super) fn note_reachability(&mut self, now: Instant, job: &Job, ok: bool, f: &Failure) {
         let side = match job {
-            Job::ProbeSource | Job::ReadR0(_) | Job::ScanPage(_) | Job::ProbeMaxModRevision(_) => {
-                C::SourceReachable
-            }
+            Job::ProbeSource
+            | Job::ReadR0(_)
+            | Job::ScanPage(_)
+            | Job::ProbeMaxModRevision(_)
+            | Job::PassSource(_)
+            | Job::DrainTarget => C::SourceReachable,
             _ => C::TargetReachable,
         };
         if ok {
@@ -108,6 +114,8 @@ impl Mirror {
             Job::ProbeMaxModRevision(_) => self.max_mod_cmd(),
             Job::SweepPage(_) => self.sweep_cmd()?,
             Job::ResolveUnknown(_) => self.fence_read_cmd(),
+            Job::PassSource(_) | Job::PassTarget(_) => self.pass_command(job)?,
+            Job::DrainTarget => self.drain_target_cmd(),
             Job::Commit(_) | Job::WatchOpen | Job::Fire => return None,
         })
     }

@@ -12,9 +12,11 @@
 
 mod commit;
 mod connect;
+mod drain;
 mod genesis;
 mod inputs;
 mod plumbing;
+mod reconcile;
 mod report;
 mod tail;
 
@@ -32,10 +34,12 @@ use crate::mirror::batcher::{self, Batch, Batcher, Limits, RevGroup};
 use crate::mirror::checkpoint::{Checkpoint, Role, Scan, Split, VERSION};
 use crate::mirror::io::{CommandId, Control, FailKind, Input, Output, StopReason};
 use crate::mirror::keys::{before_end, KeySpace};
-use crate::mirror::status::{BackoffState, ConditionType as C, Phase, Status};
+use crate::mirror::status::{BackoffState, ConditionType as C, Counts, Cutover, Phase, Status};
 use crate::mirror::version::Version;
 use crate::rng::Rng;
 use crate::time::Instant;
+use drain::DrainState;
+use reconcile::{Pass, PassPurpose};
 
 /// Minimum spacing of fence-only writes that advance an idle watermark.
 const IDLE_ADVANCE_EVERY: Duration = Duration::from_secs(5);
@@ -62,6 +66,10 @@ enum Job {
     /// Re-reading the fence after a commit whose outcome is unknown.
     ResolveUnknown(Box<Commit>),
     WatchOpen,
+    /// Reconciliation reads, tagged by pass.
+    PassSource(u64),
+    PassTarget(u64),
+    DrainTarget,
     Fire,
 }
 
@@ -90,7 +98,9 @@ enum Work {
     Tail(Batch),
     /// Deletes of keys the mark-and-sweep found unseen.
     Sweep { ops: Vec<TxnOp> },
-    /// The fence alone: genesis start/finish, idle advance, quota probe.
+    /// Reconciliation repairs: puts of missing/divergent keys, deletes of orphans.
+    Repair { ops: Vec<TxnOp> },
+    /// The fence alone: genesis start/finish, idle advance, quota probe, cut-over.
     Fence(FenceWhy),
 }
 
@@ -112,12 +122,14 @@ enum FenceWhy {
         rev: i64,
     },
     QuotaProbe,
+    /// Flip the role to Primary: the cut-over.
+    Cutover,
 }
 
 impl Work {
     fn ops(&self) -> &[TxnOp] {
         match self {
-            Work::Scan { ops, .. } | Work::Sweep { ops } => ops,
+            Work::Scan { ops, .. } | Work::Sweep { ops } | Work::Repair { ops } => ops,
             Work::Tail(b) => &b.ops,
             Work::Claim | Work::Fence(_) => &[],
         }
@@ -239,6 +251,12 @@ pub struct Mirror {
     lag_since: Option<Instant>,
     consecutive_resyncs: u32,
     shutdown: bool,
+    pass: Option<Pass>,
+    pass_seq: u64,
+    next_reconcile: Option<Instant>,
+    reconcile_requested: bool,
+    drain: Option<DrainState>,
+    drain_requested: bool,
     paused: bool,
     started: bool,
 }
@@ -248,14 +266,6 @@ impl Mirror {
     /// driver seeds it from the OS, the simulator from its run seed.
     pub fn new(config: MirrorConfig, seed: u64) -> Result<Mirror, crate::config::ConfigErrors> {
         config.validate()?;
-        if config.mode == Mode::Drain {
-            return Err(crate::config::ConfigErrors(vec![
-                crate::config::ConfigProblem {
-                    field: "mode".into(),
-                    problem: "Drain is not supported by this build yet; use Sync".into(),
-                },
-            ]));
-        }
         let mut rng = Rng::new(seed);
         let holder = rng.nonce_hex();
         let keys = KeySpace::new(&config);
@@ -308,6 +318,12 @@ impl Mirror {
             lag_since: None,
             consecutive_resyncs: 0,
             shutdown: false,
+            pass: None,
+            pass_seq: 0,
+            next_reconcile: None,
+            reconcile_requested: false,
+            drain: None,
+            drain_requested: config.mode == Mode::Drain,
             paused: false,
             started: false,
             keys,
@@ -379,7 +395,7 @@ impl Mirror {
         if self.shutdown && !self.committing {
             return self.stop(now, StopReason::Shutdown);
         }
-        Output::Timeout(self.next_deadline().unwrap_or(Instant(u64::MAX)))
+        Output::Timeout(self.next_deadline(now).unwrap_or(Instant(u64::MAX)))
     }
 }
 

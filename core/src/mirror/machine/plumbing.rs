@@ -68,8 +68,10 @@ impl Mirror {
         }
     }
 
-    pub(super) fn next_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_deadline(&self, now: Instant) -> Option<Instant> {
         [
+            self.next_reconcile
+                .filter(|t| *t > now && self.stage == Stage::Tail),
             self.retry.iter().map(|r| r.at).min(),
             self.hold_until,
             self.resume_at,

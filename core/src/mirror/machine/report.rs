@@ -45,6 +45,8 @@ impl Mirror {
             if self.stage == Stage::Tail && !self.paused {
                 self.status.phase = if self.status.backoff.is_some() {
                     Phase::Degraded
+                } else if self.drain.is_some() || self.drain_requested {
+                    Phase::Draining
                 } else {
                     Phase::Syncing
                 };

@@ -92,14 +92,17 @@ impl Mirror {
                 }
                 self.delivered = self.delivered.max(revision);
                 let idle = self.stage == Stage::Tail
+                    && self.pass.is_none()
                     && self.work.is_empty()
                     && !self.committing
                     && self.batcher.is_empty();
                 let w = self.record.as_ref().map_or(0, |r| r.watermark);
                 let split = self.record.as_ref().is_some_and(|r| r.split.is_some());
-                let due = self
-                    .last_idle_advance
-                    .is_none_or(|t| now >= t + IDLE_ADVANCE_EVERY);
+                // A drain waits on this advance, so it is not rate-limited then.
+                let due = self.drain.is_some()
+                    || self
+                        .last_idle_advance
+                        .is_none_or(|t| now >= t + IDLE_ADVANCE_EVERY);
                 if idle && !split && revision > w && due && !self.paused {
                     self.last_idle_advance = Some(now);
                     self.work
@@ -173,6 +176,7 @@ impl Mirror {
     }
 
     pub(super) fn on_compacted(&mut self, now: Instant, compact_revision: i64) {
+        self.pass = None;
         self.status.set_condition(
             now,
             C::Compacted,

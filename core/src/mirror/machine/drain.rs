@@ -1,0 +1,176 @@
+//! Drain and cut-over.
+//!
+//! The drain target is the source header revision when progress notifications are trusted,
+//! and otherwise the highest mod revision in scope. Once the watermark reaches it, a full
+//! pinned diff-and-repair pass verifies the target. A round that had to repair anything is
+//! followed by another round, so the cut-over is always backed by a clean pass. Then the fence
+//! flips to `Primary`, which makes every later mirror write fail its compare, and the agent
+//! stops.
+
+use super::*;
+
+/// Verification rounds allowed before a drain gives up.
+const MAX_VERIFY_ROUNDS: u32 = 3;
+
+/// Drain progress.
+#[derive(Debug, Clone)]
+pub(super) struct DrainState {
+    /// None until the target read returns.
+    pub(super) target: Option<i64>,
+    pub(super) reading: bool,
+    pub(super) counts: Counts,
+    pub(super) leased: u64,
+    pub(super) verified_at: Option<Instant>,
+    pub(super) flipping: bool,
+}
+
+impl Mirror {
+    /// Starts background work the steady state allows: drain steps, then periodic passes.
+    pub(super) fn maybe_start_background(&mut self, now: Instant) {
+        if !self.quiescent() {
+            return;
+        }
+        if self.drain_requested && self.drain.is_none() {
+            self.drain = Some(DrainState {
+                target: None,
+                reading: false,
+                counts: Counts::default(),
+                leased: 0,
+                verified_at: None,
+                flipping: false,
+            });
+            self.status.phase = Phase::Draining;
+        }
+        if let Some(d) = &self.drain {
+            if d.flipping {
+                return;
+            }
+            match d.target {
+                None if !d.reading => self.read_drain_target(),
+                None => {}
+                Some(t) => {
+                    let w = self.record.as_ref().map_or(0, |r| r.watermark);
+                    if w >= t && self.batcher.is_empty() {
+                        self.start_pass(now, PassPurpose::DrainVerify(1));
+                    } else if self.progress_trusted && self.watch.is_some() {
+                        // Ask for progress often so an idle prefix reaches the target.
+                        let soon = now + Duration::from_secs(1);
+                        if self.next_progress_request.is_none_or(|t| t > soon) {
+                            self.next_progress_request = Some(soon);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        let due = self.next_reconcile.is_some_and(|t| now >= t);
+        if self.reconcile_requested || due {
+            self.reconcile_requested = false;
+            self.start_pass(now, PassPurpose::Periodic);
+        }
+    }
+
+    pub(super) fn drain_target_cmd(&self) -> Command {
+        if self.progress_trusted {
+            self.r0_cmd()
+        } else {
+            self.max_mod_cmd()
+        }
+    }
+
+    fn read_drain_target(&mut self) {
+        if let Some(d) = &mut self.drain {
+            d.reading = true;
+        }
+        let cmd = self.drain_target_cmd();
+        self.issue(Job::DrainTarget, cmd);
+    }
+
+    pub(super) fn on_drain_target(&mut self, now: Instant, r: RangeReply) {
+        self.observe_source_rev(now, r.header_revision);
+        let target = if self.progress_trusted {
+            r.header_revision
+        } else {
+            r.kvs.first().map_or(0, |kv| kv.mod_revision)
+        };
+        if let Some(d) = &mut self.drain {
+            d.reading = false;
+            d.target = Some(target);
+        }
+        self.status.drain_target_revision = Some(target);
+    }
+
+    pub(super) fn after_drain_verify(
+        &mut self,
+        now: Instant,
+        round: u32,
+        counts: Counts,
+        orphans_left: u64,
+        pinned: bool,
+    ) {
+        let drift = counts.missing + counts.divergent + counts.orphan;
+        if orphans_left > 0 {
+            return self.fail(
+                now,
+                FailKind::Permanent,
+                format!(
+                    "drain verification found {orphans_left} target keys the source does not have; cut-over needs an exact copy. Set reconciliation.deleteOrphans: true (or remove them) and drain again"
+                ),
+            );
+        }
+        if drift == 0 && pinned {
+            let leased = self.status.lease_backed_key_count;
+            if let Some(d) = &mut self.drain {
+                d.counts = counts;
+                d.leased = leased;
+                d.verified_at = Some(now);
+                d.flipping = true;
+            }
+            self.work.push_back(Work::Fence(FenceWhy::Cutover));
+            return;
+        }
+        if round >= MAX_VERIFY_ROUNDS {
+            return self.fail(
+                now,
+                FailKind::Permanent,
+                format!(
+                    "drain verification still found drift after {round} rounds (last: missing {}, divergent {}, orphan {}); something else writes the target range",
+                    counts.missing, counts.divergent, counts.orphan
+                ),
+            );
+        }
+        // Repairs landed; confirm with a clean round before cutting over.
+        self.start_pass(now, PassPurpose::DrainVerify(round + 1));
+    }
+
+    /// The fence is now Primary: publish the cut-over record and stop.
+    pub(super) fn cutover_done(&mut self, now: Instant) {
+        self.cancel_watch();
+        let w = self.record.as_ref().map_or(0, |r| r.watermark);
+        let d = self.drain.take();
+        let cutover = Cutover {
+            drain_target_revision: d.as_ref().and_then(|d| d.target).unwrap_or(w),
+            drained_revision: w,
+            verified_time: d.as_ref().and_then(|d| d.verified_at).unwrap_or(now),
+            counts: d.as_ref().map(|d| d.counts).unwrap_or_default(),
+            leased_key_count: d.as_ref().map_or(0, |d| d.leased),
+        };
+        self.publish_cutover(now, cutover);
+    }
+
+    /// Publishes a cut-over (fresh, or found already done at startup) and stops.
+    pub(super) fn publish_cutover(&mut self, now: Instant, cutover: Cutover) {
+        self.status.cutover = Some(cutover);
+        self.status.role = "Primary".into();
+        self.status.phase = Phase::Drained;
+        self.status.set_condition(
+            now,
+            C::CutoverReady,
+            true,
+            "Drained",
+            "the target is verified equal to the source at the drained revision and the fence is Primary",
+        );
+        self.stop(now, StopReason::Drained);
+        self.status.phase = Phase::Drained;
+    }
+}

@@ -1,0 +1,378 @@
+//! The diff-and-repair pass: periodic reconciliation and drain verification.
+//!
+//! The pass merges source and target pages in key order. The source side is read pinned at
+//! the watermark W, so keys still in flight are not reported as drift. If W has been
+//! compacted, the pass falls back to unpinned reads. While a pass runs, the tail is held:
+//! its batches wait in the batcher, so the target stays at "source@W plus drift". Repairs go
+//! through the fenced path and do not move the watermark.
+
+use super::*;
+
+/// Why a pass runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PassPurpose {
+    Periodic,
+    /// Drain verification, round n (a round that repaired anything is followed by another).
+    DrainVerify(u32),
+}
+
+/// One side of the merge.
+#[derive(Debug, Clone, Default)]
+pub(super) struct PassSide {
+    buf: VecDeque<KeyValue>,
+    /// The next key to read in the current window; empty = the window's start.
+    cursor: Vec<u8>,
+    done: bool,
+    reading: bool,
+}
+
+/// A pass in progress.
+#[derive(Debug, Clone)]
+pub(super) struct Pass {
+    pub(super) seq: u64,
+    pub(super) purpose: PassPurpose,
+    /// The source revision the pass compares against (the watermark at its start).
+    pub(super) at: i64,
+    pub(super) pinned: bool,
+    window: usize,
+    src: PassSide,
+    tgt: PassSide,
+    pub(super) counts: Counts,
+    repairs: Vec<TxnOp>,
+    /// Every window is merged; only queued repairs remain.
+    pub(super) merged: bool,
+    pub(super) delete_orphans: bool,
+    /// Orphans found but left in place.
+    pub(super) orphans_left: u64,
+    leased: u64,
+    started: Instant,
+}
+
+/// How much queued repair pacing makes the pass stop reading the source watch.
+const PACING_WATCH_CANCEL: Duration = Duration::from_secs(3);
+
+impl Mirror {
+    /// Whether the steady state allows a pass or a drain step to start now.
+    pub(super) fn quiescent(&self) -> bool {
+        self.stage == Stage::Tail
+            && self.gen.is_none()
+            && self.pass.is_none()
+            && self.work.is_empty()
+            && !self.committing
+            && !self.paused
+            && self.hold_until.is_none()
+            && self.resume_at.is_none()
+            && self.record.as_ref().is_some_and(|r| r.split.is_none())
+    }
+
+    /// Starts a pass pinned at the current watermark.
+    pub(super) fn start_pass(&mut self, now: Instant, purpose: PassPurpose) {
+        let at = self.record.as_ref().map_or(0, |r| r.watermark);
+        self.pass_seq += 1;
+        self.pass = Some(Pass {
+            seq: self.pass_seq,
+            purpose,
+            at,
+            pinned: at > 0,
+            window: 0,
+            src: PassSide::default(),
+            tgt: PassSide::default(),
+            counts: Counts::default(),
+            repairs: Vec::new(),
+            merged: false,
+            delete_orphans: self.cfg.reconciliation.delete_orphans,
+            orphans_left: 0,
+            leased: 0,
+            started: now,
+        });
+        self.pass_step(now);
+    }
+
+    fn pass_read(&self, source: bool) -> Option<Command> {
+        let p = self.pass.as_ref()?;
+        let windows = if source {
+            self.keys.source_windows()
+        } else {
+            self.keys.target_windows()
+        };
+        let w = windows.get(p.window)?;
+        let side = if source { &p.src } else { &p.tgt };
+        let key = if side.cursor > w.start {
+            side.cursor.clone()
+        } else {
+            w.start.clone()
+        };
+        Some(Command::Range(RangeRequest {
+            cluster: if source {
+                Cluster::Source
+            } else {
+                Cluster::Target
+            },
+            key,
+            range_end: w.end.clone(),
+            revision: if source && p.pinned { p.at } else { 0 },
+            limit: i64::from(self.cfg.sync.page_key_limit),
+            count_only: false,
+            keys_only: false,
+            sort: SortBy::Key,
+        }))
+    }
+
+    pub(super) fn pass_command(&self, job: &Job) -> Option<Command> {
+        match job {
+            Job::PassSource(_) => self.pass_read(true),
+            Job::PassTarget(_) => self.pass_read(false),
+            _ => None,
+        }
+    }
+
+    /// A page of one side arrived.
+    pub(super) fn on_pass_page(&mut self, now: Instant, source: bool, r: RangeReply) {
+        if source {
+            self.observe_source_rev(now, r.header_revision);
+        }
+        let Some(p) = &mut self.pass else { return };
+        let side = if source { &mut p.src } else { &mut p.tgt };
+        side.reading = false;
+        match (r.kvs.last(), r.more) {
+            (Some(last), true) => side.cursor = next_key(last.key.clone()),
+            _ => side.done = true,
+        }
+        side.buf.extend(r.kvs);
+        self.pass_step(now);
+    }
+
+    /// The pinned revision was compacted: fall back to unpinned reads for the rest.
+    pub(super) fn on_pass_compacted(&mut self, now: Instant) {
+        let Some(p) = &mut self.pass else { return };
+        p.pinned = false;
+        p.src.reading = false;
+        self.status.last_error = Some(format!(
+            "reconciliation: revision {} was compacted; comparing against the latest source instead (keys changed since are not repaired)",
+            p.at
+        ));
+        self.pass_step(now);
+    }
+
+    /// Merges what both sides have buffered; asks for more when a side runs dry.
+    fn pass_step(&mut self, now: Instant) {
+        loop {
+            let Some(p) = &mut self.pass else { return };
+            if p.merged {
+                return;
+            }
+            let need_src = p.src.buf.is_empty() && !p.src.done;
+            let need_tgt = p.tgt.buf.is_empty() && !p.tgt.done;
+            if need_src || need_tgt {
+                let seq = p.seq;
+                let (src_reading, tgt_reading) = (p.src.reading, p.tgt.reading);
+                if need_src && !src_reading {
+                    if let Some(cmd) = self.pass_read(true) {
+                        self.issue(Job::PassSource(seq), cmd);
+                    }
+                }
+                if need_tgt && !tgt_reading {
+                    if let Some(cmd) = self.pass_read(false) {
+                        self.issue(Job::PassTarget(seq), cmd);
+                    }
+                }
+                let Some(p) = &mut self.pass else { return };
+                p.src.reading |= need_src;
+                p.tgt.reading |= need_tgt;
+                return;
+            }
+            if p.src.buf.is_empty() && p.tgt.buf.is_empty() {
+                // Both sides of this window are exhausted.
+                p.window += 1;
+                p.src = PassSide::default();
+                p.tgt = PassSide::default();
+                if p.window >= self.keys.source_windows().len() {
+                    p.merged = true;
+                    self.flush_repairs();
+                    return self.pump(now);
+                }
+                continue;
+            }
+            if let Err(msg) = self.merge_one() {
+                return self.fail(now, FailKind::PrefixConflict, msg);
+            }
+            self.flush_repairs_if_full(now);
+        }
+    }
+
+    /// Consumes the smallest key from the fronts of both sides.
+    fn merge_one(&mut self) -> Result<(), String> {
+        let keys = &self.keys;
+        let link = &self.link;
+        let Some(p) = &mut self.pass else {
+            return Ok(());
+        };
+        let s_key = p.src.buf.front().and_then(|kv| keys.rewrite(&kv.key));
+        if p.src.buf.front().is_some() && s_key.is_none() {
+            // Out of scope (cannot happen inside a window, but never write it).
+            p.src.buf.pop_front();
+            return Ok(());
+        }
+        let t_key = p.tgt.buf.front().map(|kv| kv.key.clone());
+        if let Some(t) = &t_key {
+            if keys.is_checkpoint(t) {
+                p.tgt.buf.pop_front();
+                return Ok(());
+            }
+            if t.contains(&0) {
+                if let Some(kv) = p.tgt.buf.front() {
+                    if let Ok(c) = Checkpoint::decode(&kv.value) {
+                        if &c.link != link {
+                            return Err(format!(
+                                "the target range holds the fence of another link ({:?}) at {}; two links write one range. Reconciliation aborted, nothing repaired",
+                                c.link,
+                                crate::mirror::keys::redact(keys.target_base(), t)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        let order = match (&s_key, &t_key) {
+            (Some(s), Some(t)) => s.cmp(t),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => return Ok(()),
+        };
+        let in_flight = |kv: &KeyValue, p: &Pass| !p.pinned && kv.mod_revision > p.at;
+        match order {
+            std::cmp::Ordering::Equal => {
+                let s = p.src.buf.pop_front().expect("s_key was Some");
+                let t = p.tgt.buf.pop_front().expect("t_key was Some");
+                p.counts.source_key_count += 1;
+                p.counts.target_key_count += 1;
+                p.leased += u64::from(s.lease != 0);
+                if s.value != t.value && !in_flight(&s, p) {
+                    p.counts.divergent += 1;
+                    p.repairs.push(TxnOp::Put {
+                        key: t.key,
+                        value: s.value,
+                    });
+                }
+            }
+            std::cmp::Ordering::Less => {
+                let s = p.src.buf.pop_front().expect("s_key was Some");
+                p.counts.source_key_count += 1;
+                p.leased += u64::from(s.lease != 0);
+                if !in_flight(&s, p) {
+                    p.counts.missing += 1;
+                    let key = s_key.expect("checked above");
+                    p.repairs.push(TxnOp::Put {
+                        key,
+                        value: s.value,
+                    });
+                }
+            }
+            std::cmp::Ordering::Greater => {
+                let t = p.tgt.buf.pop_front().expect("t_key was Some");
+                p.counts.target_key_count += 1;
+                p.counts.orphan += 1;
+                // Unpinned, a target key absent from the latest source may be a delete in
+                // flight; only a pinned pass can call it an orphan with certainty.
+                if p.delete_orphans && p.pinned {
+                    p.repairs.push(TxnOp::Delete {
+                        key: t.key,
+                        range_end: Vec::new(),
+                    });
+                } else {
+                    p.orphans_left += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_repairs_if_full(&mut self, now: Instant) {
+        let full = self
+            .pass
+            .as_ref()
+            .is_some_and(|p| p.repairs.len() >= self.limits.max_ops);
+        if full {
+            self.flush_repairs();
+        }
+        // A long paced repair must not let the source watch buffer grow without bound.
+        let queued: u64 = self.work.iter().map(|w| w.ops().len() as u64).sum();
+        let pacing = self.pacer.queued(now) + self.pacer.cost(queued);
+        if self.pacer.enabled() && pacing > PACING_WATCH_CANCEL && self.watch.is_some() {
+            self.cancel_watch();
+            self.watch_paused = true;
+            self.status.watch_cancels_for_pacing += 1;
+        }
+    }
+
+    fn flush_repairs(&mut self) {
+        let Some(p) = &mut self.pass else { return };
+        let ops = std::mem::take(&mut p.repairs);
+        for chunk in batcher::chunk_ops(ops, self.limits) {
+            self.work.push_back(Work::Repair { ops: chunk });
+        }
+    }
+
+    /// Called when the work queue is empty: a merged pass whose repairs all landed ends.
+    pub(super) fn maybe_finish_pass(&mut self, now: Instant) {
+        if self.committing || !self.work.is_empty() {
+            return;
+        }
+        let Some(p) = &self.pass else { return };
+        if !p.merged {
+            return;
+        }
+        let p = self.pass.take().expect("checked Some just above");
+        let mut counts = p.counts;
+        counts.repaired = counts.missing + counts.divergent + (counts.orphan - p.orphans_left);
+        let drift = counts.missing + counts.divergent + counts.orphan;
+        // Counts, time and drift are published together.
+        self.status.last_counts = Some(counts);
+        self.status.last_drift = Some(counts);
+        self.status.last_reconcile_time = Some(now);
+        self.status.lease_backed_key_count = p.leased;
+        self.status.last_pass_duration_seconds =
+            now.saturating_duration_since(p.started).as_secs_f64();
+        self.status.reconcile_passes += 1;
+        self.status.set_condition(
+            now,
+            C::DriftDetected,
+            drift > 0,
+            if drift > 0 { "DriftFound" } else { "NoDrift" },
+            format!(
+                "missing {}, divergent {}, orphan {} (pinned at {}: {})",
+                counts.missing, counts.divergent, counts.orphan, p.at, p.pinned
+            ),
+        );
+        let held = p.orphans_left == 0 && p.pinned;
+        self.status.set_condition(
+            now,
+            C::InvariantsHeld,
+            held,
+            if held { "Verified" } else { "Unverified" },
+            if held {
+                String::new()
+            } else if p.orphans_left > 0 {
+                format!(
+                    "{} orphan keys left in the target (reconciliation.deleteOrphans is false)",
+                    p.orphans_left
+                )
+            } else {
+                "the pass could not pin the watermark (compacted)".to_string()
+            },
+        );
+        self.arm_reconcile(now);
+        if let PassPurpose::DrainVerify(round) = p.purpose {
+            self.after_drain_verify(now, round, counts, p.orphans_left, p.pinned);
+        }
+    }
+
+    /// Every counts-producing pass pushes the next periodic pass a full interval out.
+    pub(super) fn arm_reconcile(&mut self, now: Instant) {
+        self.next_reconcile = self
+            .cfg
+            .reconciliation
+            .enabled
+            .then(|| now + self.cfg.reconciliation.interval);
+    }
+}

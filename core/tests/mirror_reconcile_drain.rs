@@ -1,0 +1,531 @@
+//! Scripted exchanges for the diff-and-repair pass and the drain cut-over.
+
+// Test code: a panic with the failing value is the report we want.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tidemark_core::classify::Failure;
+use tidemark_core::config::{InitialSyncMode, Mode};
+use tidemark_core::etcd::{Cluster, Command, KeyValue, Reply, SortBy, TxnOp, WatchEvent};
+use tidemark_core::mirror::{
+    Checkpoint, CommandId, ConditionType, Control, FailKind, Input, Phase, Role, StopReason,
+};
+
+fn reconciling(delete_orphans: bool) -> Harness {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.reconciliation.enabled = true;
+    cfg.reconciliation.interval = Duration::from_secs(60);
+    cfg.reconciliation.delete_orphans = delete_orphans;
+    Harness::new(cfg, 31)
+}
+
+/// Splits the two pass reads (source first, then target) out of a batch of commands.
+fn pass_reads(cmds: &[(CommandId, Command)]) -> ((CommandId, i64), CommandId) {
+    let mut src = None;
+    let mut tgt = None;
+    for (id, c) in cmds {
+        if let Command::Range(r) = c {
+            assert!(
+                !r.count_only && !r.keys_only,
+                "a pass compares values: {r:?}"
+            );
+            match r.cluster {
+                Cluster::Source => src = Some((*id, r.revision)),
+                Cluster::Target => tgt = Some(*id),
+            }
+        }
+    }
+    (
+        src.expect("a source page read"),
+        tgt.expect("a target page read"),
+    )
+}
+
+fn tkv(key: &[u8], value: &[u8]) -> KeyValue {
+    kv(key, value, 13)
+}
+
+#[test]
+fn periodic_pass_counts_and_repairs_drift_without_moving_the_watermark() {
+    let mut h = reconciling(false);
+    let w = cold_start(&mut h, "3.5.13");
+    // Not before the interval.
+    h.advance(Duration::from_secs(30));
+    assert!(h.drain().is_empty());
+    h.advance(Duration::from_secs(31));
+    let cmds = h.drain();
+    let ((src, rev), tgt) = pass_reads(&cmds);
+    assert_eq!(rev, 100, "the source is read pinned at the watermark");
+    // A live event during the pass is held until the pass ends.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/n", b"new", 101)],
+        },
+    );
+    h.done(
+        src,
+        Ok(range(
+            101,
+            vec![
+                kv(b"/app/a", b"1", 50),
+                kv(b"/app/b", b"2", 60),
+                kv(b"/app/c", b"3", 70),
+            ],
+            false,
+        )),
+    );
+    h.done(
+        tgt,
+        Ok(range(
+            13,
+            vec![
+                tkv(FENCE, b"fence"),
+                tkv(b"/mirror/a", b"1"),
+                tkv(b"/mirror/b", b"stale"),
+                tkv(b"/mirror/z", b"orphan"),
+            ],
+            false,
+        )),
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![put(b"/mirror/b", b"2"), put(b"/mirror/c", b"3")]
+    );
+    assert_eq!(
+        fence_of(&cmd).watermark,
+        100,
+        "repairs never move the watermark"
+    );
+    h.done(id, Ok(txn_ok(14)));
+    let s = h.m.status().clone();
+    let d = s.last_drift.expect("drift published");
+    assert_eq!((d.missing, d.divergent, d.orphan, d.repaired), (1, 1, 1, 2));
+    assert_eq!((d.source_key_count, d.target_key_count), (3, 3));
+    assert!(s.condition(ConditionType::DriftDetected));
+    assert!(
+        !s.condition(ConditionType::InvariantsHeld),
+        "an orphan was left in place"
+    );
+    assert_eq!(s.last_reconcile_time, Some(h.now));
+    // The held event is applied right after the pass.
+    let (_, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/n", b"new")]);
+    assert_eq!(fence_of(&cmd).watermark, 101);
+}
+
+#[test]
+fn orphans_are_deleted_only_with_delete_orphans() {
+    let mut h = reconciling(true);
+    cold_start(&mut h, "3.5.13");
+    h.m.handle_input(h.now, Input::Control(Control::Reconcile));
+    let cmds = h.drain();
+    let ((src, _), tgt) = pass_reads(&cmds);
+    h.done(src, Ok(range(100, vec![kv(b"/app/a", b"1", 50)], false)));
+    h.done(
+        tgt,
+        Ok(range(
+            13,
+            vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/z", b"x")],
+            false,
+        )),
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/z".to_vec(),
+            range_end: vec![]
+        }]
+    );
+    h.done(id, Ok(txn_ok(14)));
+    assert!(h.m.status().condition(ConditionType::InvariantsHeld));
+    assert_eq!(h.m.status().repaired_keys, 1);
+}
+
+#[test]
+fn a_clean_pass_reports_no_drift_and_rearms() {
+    let mut h = reconciling(false);
+    cold_start(&mut h, "3.5.13");
+    h.advance(Duration::from_secs(61));
+    let cmds = h.drain();
+    let ((src, _), tgt) = pass_reads(&cmds);
+    h.done(src, Ok(range(100, vec![kv(b"/app/a", b"1", 50)], false)));
+    h.done(tgt, Ok(range(13, vec![tkv(b"/mirror/a", b"1")], false)));
+    assert!(h.drain().is_empty());
+    assert!(!h.m.status().condition(ConditionType::DriftDetected));
+    assert!(h.m.status().condition(ConditionType::InvariantsHeld));
+    // The next pass is a full interval after this one (progress requests aside).
+    let reads = |cmds: Vec<(CommandId, Command)>| {
+        cmds.into_iter()
+            .filter(|(_, c)| matches!(c, Command::Range(_)))
+            .count()
+    };
+    h.advance(Duration::from_secs(59));
+    assert_eq!(reads(h.drain()), 0);
+    h.advance(Duration::from_secs(2));
+    assert_eq!(reads(h.drain()), 2);
+}
+
+#[test]
+fn compacted_pin_falls_back_to_unpinned_and_skips_keys_in_flight() {
+    let mut h = reconciling(true);
+    cold_start(&mut h, "3.5.13");
+    h.m.handle_input(h.now, Input::Control(Control::Reconcile));
+    let cmds = h.drain();
+    let ((src, _), tgt) = pass_reads(&cmds);
+    h.done(src, Err(Failure::Compacted { rev: 0 }));
+    let (src2, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(
+        (r.cluster, r.revision, r.sort),
+        (Cluster::Source, 0, SortBy::Key)
+    );
+    // b changed after the watermark (in flight): not drift. z is absent from the latest
+    // source, which cannot tell an orphan from a delete in flight: reported, not deleted.
+    h.done(
+        src2,
+        Ok(range(
+            130,
+            vec![kv(b"/app/a", b"1", 50), kv(b"/app/b", b"9", 120)],
+            false,
+        )),
+    );
+    h.done(
+        tgt,
+        Ok(range(
+            13,
+            vec![
+                tkv(b"/mirror/a", b"1"),
+                tkv(b"/mirror/b", b"2"),
+                tkv(b"/mirror/z", b"x"),
+            ],
+            false,
+        )),
+    );
+    assert!(h.drain().is_empty(), "nothing to repair");
+    let d = h.m.status().last_drift.unwrap();
+    assert_eq!((d.divergent, d.orphan, d.repaired), (0, 1, 0));
+    assert!(!h.m.status().condition(ConditionType::InvariantsHeld));
+}
+
+#[test]
+fn a_foreign_fence_aborts_the_pass_with_prefix_conflict() {
+    let mut h = reconciling(true);
+    cold_start(&mut h, "3.5.13");
+    h.m.handle_input(h.now, Input::Control(Control::Reconcile));
+    let cmds = h.drain();
+    let ((src, _), tgt) = pass_reads(&cmds);
+    let mut other = Checkpoint::decode(&fence_bytes_for_test()).unwrap();
+    other.link = "another-link".into();
+    h.done(src, Ok(range(100, vec![], false)));
+    h.done(
+        tgt,
+        Ok(range(
+            13,
+            vec![tkv(b"/mirror/sub/\0tidemark-checkpoint", &other.encode())],
+            false,
+        )),
+    );
+    assert!(h.drain().is_empty(), "nothing is repaired or deleted");
+    assert!(matches!(
+        h.stopped(),
+        Some(StopReason::Failed {
+            kind: FailKind::PrefixConflict,
+            ..
+        })
+    ));
+    assert!(h.m.status().condition(ConditionType::PrefixConflict));
+}
+
+fn fence_bytes_for_test() -> Vec<u8> {
+    let c = Checkpoint {
+        v: 1,
+        link: "x".into(),
+        epoch: 1,
+        holder: "0123456789abcdef0123456789abcdef".into(),
+        role: Role::Mirror,
+        watermark: 5,
+        split: None,
+        scan: None,
+        prune_pending: false,
+        prune_floor: 0,
+        source_cluster: "1".into(),
+        target_cluster: "2".into(),
+    };
+    c.encode()
+}
+
+fn draining() -> Harness {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.mode = Mode::Drain;
+    Harness::new(cfg, 41)
+}
+
+/// Answers the drain's verification pass; returns the commands that follow.
+fn verify(
+    h: &mut Harness,
+    cmds: Vec<(CommandId, Command)>,
+    src: Vec<KeyValue>,
+    tgt: Vec<KeyValue>,
+) -> Vec<(CommandId, Command)> {
+    let ((s, rev), t) = pass_reads(&cmds);
+    assert_eq!(
+        rev,
+        h.m.status().last_applied_revision,
+        "verification is pinned at the watermark"
+    );
+    h.done(s, Ok(range(rev, src, false)));
+    h.done(t, Ok(range(13, tgt, false)));
+    h.drain()
+}
+
+#[test]
+fn drain_with_trusted_progress_verifies_then_flips_to_primary() {
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    // Trusted progress: the drain target is the source header revision.
+    let (id, cmd) = one(cmds);
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert!(r.count_only);
+    assert_eq!(h.m.status().phase, Phase::Draining);
+    h.done(
+        id,
+        Ok(Reply::Range(tidemark_core::etcd::RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 2,
+        })),
+    );
+    let cmds = h.drain();
+    let next = verify(
+        &mut h,
+        cmds,
+        vec![kv(b"/app/a", b"1", 50)],
+        vec![tkv(b"/mirror/a", b"1")],
+    );
+    let (id, cmd) = one(next);
+    let rec = fence_of(&cmd);
+    assert_eq!((rec.role, rec.watermark), (Role::Primary, 100));
+    assert!(data_ops(&cmd).is_empty());
+    h.done(id, Ok(txn_ok(14)));
+    let cmds = h.drain();
+    assert!(
+        cmds.iter()
+            .all(|(_, c)| matches!(c, Command::CancelWatch { .. })),
+        "{cmds:#?}"
+    );
+    assert_eq!(h.stopped(), Some(StopReason::Drained));
+    let s = h.m.status();
+    assert!(s.condition(ConditionType::CutoverReady));
+    assert_eq!(s.phase, Phase::Drained);
+    let c = s.cutover.clone().unwrap();
+    assert_eq!(
+        (
+            c.drain_target_revision,
+            c.drained_revision,
+            c.counts.source_key_count
+        ),
+        (100, 100, 1)
+    );
+}
+
+#[test]
+fn drain_waits_for_the_watermark_then_repairs_divergent_values_before_cutover() {
+    let mut h = draining();
+    let (w, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.done(
+        id,
+        Ok(Reply::Range(tidemark_core::etcd::RangeReply {
+            header_revision: 102,
+            kvs: vec![],
+            more: false,
+            count: 2,
+        })),
+    );
+    // Watermark 100 < 102: keep tailing.
+    assert!(h
+        .drain()
+        .iter()
+        .all(|(_, c)| !matches!(c, Command::Range(_))));
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 102,
+            events: vec![put_ev(b"/app/b", b"2", 102)],
+        },
+    );
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(14)));
+    // Equal counts, one divergent value: the first round repairs it.
+    let cmds = h.drain();
+    let next = verify(
+        &mut h,
+        cmds,
+        vec![kv(b"/app/a", b"1", 50), kv(b"/app/b", b"2", 102)],
+        vec![tkv(b"/mirror/a", b"tampered"), tkv(b"/mirror/b", b"2")],
+    );
+    let (id, cmd) = one(next);
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/a", b"1")]);
+    assert_eq!(
+        fence_of(&cmd).role,
+        Role::Mirror,
+        "no cut-over before a clean round"
+    );
+    h.done(id, Ok(txn_ok(15)));
+    assert!(!h.m.status().condition(ConditionType::CutoverReady));
+    // The second round is clean: cut over.
+    let cmds = h.drain();
+    let next = verify(
+        &mut h,
+        cmds,
+        vec![kv(b"/app/a", b"1", 50), kv(b"/app/b", b"2", 102)],
+        vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")],
+    );
+    let (id, cmd) = one(next);
+    assert_eq!(fence_of(&cmd).role, Role::Primary);
+    h.done(id, Ok(txn_ok(16)));
+    h.drain();
+    assert_eq!(h.stopped(), Some(StopReason::Drained));
+    assert_eq!(h.m.status().cutover.as_ref().unwrap().drained_revision, 102);
+}
+
+#[test]
+fn drain_on_untrusted_progress_targets_the_highest_mod_revision() {
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.4.23");
+    let (id, cmd) = one(cmds);
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!((r.sort, r.limit), (SortBy::ModRevisionDescending, 1));
+    h.done(id, Ok(range(500, vec![kv(b"/app/b", b"", 60)], false)));
+    assert_eq!(h.m.status().drain_target_revision, Some(60));
+    // Watermark 100 >= 60: verify right away.
+    let cmds = h.drain();
+    let next = verify(&mut h, cmds, vec![], vec![]);
+    let (_, cmd) = one(next);
+    assert_eq!(fence_of(&cmd).role, Role::Primary);
+}
+
+#[test]
+fn drain_refuses_to_cut_over_with_orphans_left() {
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.done(
+        id,
+        Ok(Reply::Range(tidemark_core::etcd::RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 0,
+        })),
+    );
+    let cmds = h.drain();
+    let next = verify(&mut h, cmds, vec![], vec![tkv(b"/mirror/stray", b"x")]);
+    assert!(next.is_empty());
+    match h.stopped() {
+        Some(StopReason::Failed { message, .. }) => {
+            assert!(message.contains("deleteOrphans"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!h.m.status().condition(ConditionType::CutoverReady));
+}
+
+#[test]
+fn a_restarted_drain_that_already_cut_over_finishes_without_writing() {
+    let mut h = draining();
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    let mut rec = Checkpoint::decode(&fence_bytes_for_test()).unwrap();
+    rec.link = tidemark_core::config::MirrorConfig::new("/app/", "/mirror/").link_id();
+    rec.role = Role::Primary;
+    rec.watermark = 777;
+    h.done(id, Ok(range(20, vec![kv(FENCE, &rec.encode(), 20)], false)));
+    assert!(h.drain().is_empty());
+    assert_eq!(h.stopped(), Some(StopReason::Drained));
+    assert_eq!(h.m.status().cutover.as_ref().unwrap().drained_revision, 777);
+
+    // The same fence stops a Sync-mode agent: a straggler never writes after cut-over.
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 42);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(20, vec![kv(FENCE, &rec.encode(), 20)], false)));
+    assert!(h.drain().is_empty());
+    assert!(matches!(
+        h.stopped(),
+        Some(StopReason::Failed {
+            kind: FailKind::FenceLost,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_long_paced_repair_cancels_the_watch_and_resumes_after_the_pass() {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.max_ops_per_second = 10;
+    let mut h = Harness::new(cfg, 51);
+    let w = cold_start(&mut h, "3.5.13");
+    h.m.handle_input(h.now, Input::Control(Control::Reconcile));
+    let cmds = h.drain();
+    let ((src, _), tgt) = pass_reads(&cmds);
+    let missing: Vec<KeyValue> = (0..60)
+        .map(|i| kv(format!("/app/k{i:03}").as_bytes(), b"v", 50))
+        .collect();
+    h.done(src, Ok(range(100, missing, false)));
+    h.done(tgt, Ok(range(13, vec![], false)));
+    let mut cmds = h.drain();
+    assert!(
+        cmds.iter()
+            .any(|(_, c)| *c == Command::CancelWatch { watch_id: w }),
+        "60 ops at 10/s is 6 s of pacing: the watch is cancelled"
+    );
+    assert_eq!(h.m.status().watch_cancels_for_pacing, 1);
+    let mut repaired = 0;
+    let mut rev = 14;
+    let mut reopened = None;
+    for _ in 0..200 {
+        for (id, c) in std::mem::take(&mut cmds) {
+            match c {
+                Command::Txn(_) => {
+                    repaired += data_ops(&c).len();
+                    assert_eq!(fence_of(&c).watermark, 100);
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                Command::Watch(wr) => reopened = Some(wr.start_revision),
+                _ => {}
+            }
+        }
+        if reopened.is_some() {
+            break;
+        }
+        h.advance(Duration::from_millis(500));
+        cmds = h.drain();
+    }
+    assert_eq!(repaired, 60);
+    assert_eq!(
+        reopened,
+        Some(101),
+        "the watch resumes after what was delivered"
+    );
+}

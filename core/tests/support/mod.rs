@@ -1,0 +1,327 @@
+//! A hand-driven "driver" for scripted mirror exchanges, shared by the exchange tests.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use tidemark_core::classify::Failure;
+use tidemark_core::config::{InitialSyncMode, MirrorConfig};
+use tidemark_core::etcd::{
+    Cluster, Command, CompareTarget, Event, EventKind, KeyValue, RangeReply, Reply, SortBy,
+    StatusReply, TxnOp, TxnReply, WatchEvent,
+};
+use tidemark_core::mirror::{
+    Checkpoint, CommandId, ConditionType, Input, Mirror, Output, Phase, Role, StopReason,
+};
+use tidemark_core::Instant;
+
+pub const FENCE: &[u8] = b"/mirror/\0tidemark-checkpoint";
+
+pub fn config(mode: InitialSyncMode) -> MirrorConfig {
+    let mut c = MirrorConfig::new("/app/", "/mirror/");
+    c.source.endpoint_list = vec!["http://127.0.0.1:2379".into()];
+    c.target.endpoint_list = vec!["http://127.0.0.1:22379".into()];
+    c.initial_sync.mode = mode;
+    c.sync.max_txn_ops = 4;
+    c
+}
+
+pub struct Harness {
+    pub m: Mirror,
+    pub now: Instant,
+    pub log: Vec<Output>,
+}
+
+impl Harness {
+    pub fn new(cfg: MirrorConfig, seed: u64) -> Self {
+        Harness {
+            m: Mirror::new(cfg, seed).unwrap(),
+            now: Instant(1_000_000_000),
+            log: Vec::new(),
+        }
+    }
+
+    /// Polls until the core waits; returns the commands it emitted.
+    pub fn drain(&mut self) -> Vec<(CommandId, Command)> {
+        let mut cmds = Vec::new();
+        loop {
+            let o = self.m.poll_output(self.now);
+            self.log.push(o.clone());
+            match o {
+                Output::Command { id, cmd } => cmds.push((id, cmd)),
+                Output::Timeout(_) | Output::Stopped(_) => return cmds,
+            }
+        }
+    }
+
+    pub fn done(&mut self, id: CommandId, r: Result<Reply, Failure>) {
+        self.m.handle_input(self.now, Input::Done { id, result: r });
+    }
+
+    pub fn watch(&mut self, watch_id: u64, ev: WatchEvent) {
+        self.m.handle_input(
+            self.now,
+            Input::Watch {
+                watch_id,
+                event: ev,
+            },
+        );
+    }
+
+    pub fn advance(&mut self, d: Duration) {
+        self.now = self.now + d;
+    }
+
+    pub fn stopped(&mut self) -> Option<StopReason> {
+        match self.m.poll_output(self.now) {
+            Output::Stopped(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+pub fn status(version: &str, cluster: u64, rev: i64) -> Reply {
+    Reply::Status(StatusReply {
+        version: version.into(),
+        header_revision: rev,
+        cluster_id: cluster,
+        member_id: 1,
+        is_learner: false,
+        db_size: 0,
+    })
+}
+
+pub fn range(rev: i64, kvs: Vec<KeyValue>, more: bool) -> Reply {
+    let count = kvs.len() as i64;
+    Reply::Range(RangeReply {
+        header_revision: rev,
+        kvs,
+        more,
+        count,
+    })
+}
+
+pub fn kv(key: &[u8], value: &[u8], rev: i64) -> KeyValue {
+    KeyValue {
+        key: key.to_vec(),
+        value: value.to_vec(),
+        create_revision: rev,
+        mod_revision: rev,
+        version: 1,
+        lease: 0,
+    }
+}
+
+pub fn txn_ok(rev: i64) -> Reply {
+    Reply::Txn(TxnReply {
+        succeeded: true,
+        header_revision: rev,
+        reads: vec![],
+    })
+}
+
+pub fn put_ev(key: &[u8], value: &[u8], rev: i64) -> Event {
+    Event {
+        kind: EventKind::Put,
+        kv: kv(key, value, rev),
+    }
+}
+
+pub fn del_ev(key: &[u8], rev: i64) -> Event {
+    Event {
+        kind: EventKind::Delete,
+        kv: KeyValue {
+            key: key.to_vec(),
+            mod_revision: rev,
+            ..Default::default()
+        },
+    }
+}
+
+/// The fence record a Txn writes (its last success op).
+pub fn fence_of(cmd: &Command) -> Checkpoint {
+    let Command::Txn(t) = cmd else {
+        panic!("not a txn: {cmd:?}")
+    };
+    match t.success.last() {
+        Some(TxnOp::Put { key, value }) if key == FENCE => Checkpoint::decode(value).unwrap(),
+        other => panic!("last op is not the fence put: {other:?}"),
+    }
+}
+
+pub fn data_ops(cmd: &Command) -> Vec<TxnOp> {
+    let Command::Txn(t) = cmd else {
+        panic!("not a txn: {cmd:?}")
+    };
+    t.success[..t.success.len() - 1].to_vec()
+}
+
+pub fn compare_of(cmd: &Command) -> (CompareTarget, i64) {
+    let Command::Txn(t) = cmd else {
+        panic!("not a txn: {cmd:?}")
+    };
+    assert_eq!(
+        t.compares.len(),
+        1,
+        "every target write is fenced by exactly one compare"
+    );
+    assert_eq!(t.compares[0].key, FENCE);
+    assert_eq!(
+        t.failure,
+        vec![TxnOp::Get {
+            key: FENCE.to_vec()
+        }]
+    );
+    (t.compares[0].target, t.compares[0].value)
+}
+
+pub fn put(k: &[u8], v: &[u8]) -> TxnOp {
+    TxnOp::Put {
+        key: k.to_vec(),
+        value: v.to_vec(),
+    }
+}
+
+pub fn one(cmds: Vec<(CommandId, Command)>) -> (CommandId, Command) {
+    assert_eq!(cmds.len(), 1, "expected exactly one command, got {cmds:#?}");
+    cmds.into_iter().next().unwrap()
+}
+
+/// Drives a cold start on an empty target up to the steady state. Returns the watch id.
+/// Target revisions: claim=10, start-genesis=11, scan chunk=12, finish=13.
+pub fn cold_start(h: &mut Harness, version: &str) -> u64 {
+    let (w, rest) = cold_start_then(h, version);
+    assert!(rest.is_empty(), "{rest:#?}");
+    w
+}
+
+/// Like [`cold_start`], returning whatever the core emits right after the initial sync.
+pub fn cold_start_then(h: &mut Harness, version: &str) -> (u64, Vec<(CommandId, Command)>) {
+    let cmds = h.drain();
+    assert_eq!(cmds.len(), 2);
+    assert_eq!(
+        cmds[0].1,
+        Command::Status {
+            cluster: Cluster::Source
+        }
+    );
+    assert_eq!(
+        cmds[1].1,
+        Command::Status {
+            cluster: Cluster::Target
+        }
+    );
+    h.done(cmds[0].0, Ok(status(version, 1, 100)));
+    h.done(cmds[1].0, Ok(status(version, 2, 5)));
+
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(
+        (r.cluster, r.key.as_slice(), r.range_end.is_empty()),
+        (Cluster::Target, FENCE, true)
+    );
+    h.done(id, Ok(range(5, vec![], false)));
+
+    // RequireEmpty: a keys-only look at the target range before any write.
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(
+        (r.cluster, r.keys_only, r.limit),
+        (Cluster::Target, true, 2)
+    );
+    assert_eq!(r.key, b"/mirror/".to_vec());
+    h.done(id, Ok(range(5, vec![], false)));
+
+    // Claim: create the fence at epoch 1.
+    let (id, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::CreateRevision, 0));
+    let rec = fence_of(&cmd);
+    assert_eq!((rec.epoch, rec.watermark, rec.role), (1, 0, Role::Mirror));
+    assert!(data_ops(&cmd).is_empty());
+    h.done(id, Ok(txn_ok(10)));
+
+    // R0: a count-only read of the source range.
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert!(r.count_only);
+    assert_eq!((r.cluster, r.revision), (Cluster::Source, 0));
+    h.done(
+        id,
+        Ok(Reply::Range(RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 2,
+        })),
+    );
+
+    // Record scan = {base: 100}.
+    let (id, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 10));
+    let rec = fence_of(&cmd);
+    assert_eq!(rec.scan.as_ref().unwrap().base, 100);
+    h.done(id, Ok(txn_ok(11)));
+
+    // Watch at R0+1 *before* the scan, then an unpinned page.
+    let cmds = h.drain();
+    assert_eq!(cmds.len(), 2, "{cmds:#?}");
+    let Command::Watch(w) = &cmds[0].1 else {
+        panic!("{:?}", cmds[0].1)
+    };
+    assert_eq!(w.start_revision, 101);
+    let watch_id = w.watch_id;
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    let Command::Range(r) = &cmds[1].1 else {
+        panic!("{:?}", cmds[1].1)
+    };
+    assert_eq!(
+        (r.cluster, r.revision, r.sort),
+        (Cluster::Source, 0, SortBy::Key)
+    );
+    h.done(
+        cmds[1].0,
+        Ok(range(
+            100,
+            vec![kv(b"/app/a", b"1", 50), kv(b"/app/b", b"2", 60)],
+            false,
+        )),
+    );
+
+    // One Txn with both keys; the record says the scan is complete (after any further
+    // windows, which this script answers as empty).
+    let (id, cmd) = one(h.drain());
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 11));
+    assert_eq!(
+        data_ops(&cmd),
+        vec![put(b"/mirror/a", b"1"), put(b"/mirror/b", b"2")]
+    );
+    let mut scanned = fence_of(&cmd).scan.unwrap().scanned;
+    h.done(id, Ok(txn_ok(12)));
+    while !scanned {
+        let (id, cmd) = one(h.drain());
+        let Command::Range(r) = &cmd else {
+            panic!("{cmd:?}")
+        };
+        assert_eq!(r.cluster, Cluster::Source);
+        h.done(id, Ok(range(100, vec![], false)));
+        let (id, cmd) = one(h.drain());
+        assert!(data_ops(&cmd).is_empty());
+        scanned = fence_of(&cmd).scan.unwrap().scanned;
+        h.done(id, Ok(txn_ok(12)));
+    }
+
+    // The watch is proven past every page (Rmax = R0 = 100): finish.
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(rec.scan.is_none() && rec.split.is_none());
+    assert_eq!(rec.watermark, 100);
+    h.done(id, Ok(txn_ok(13)));
+    let rest = h.drain();
+    assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
+    (watch_id, rest)
+}
