@@ -10,7 +10,7 @@ use tidemark_core::etcd::{
     StatusReply, TxnOp, TxnReply, WatchEvent,
 };
 use tidemark_core::mirror::{
-    Checkpoint, CommandId, ConditionType, Input, Mirror, Output, Phase, Role, StopReason,
+    Checkpoint, CommandId, ConditionType, Input, Mirror, Output, Role, StopReason,
 };
 use tidemark_core::Instant;
 
