@@ -718,3 +718,130 @@ fn same_seed_same_inputs_same_outputs() {
         "the holder nonce and jitter depend on the seed"
     );
 }
+
+#[test]
+fn scan_prefetches_the_next_page_and_records_a_cursor_per_txn() {
+    let mut cfg = config(InitialSyncMode::Overwrite);
+    cfg.sync.page_key_limit = 3;
+    let mut h = Harness::new(cfg, 24);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain());
+    h.done(
+        id,
+        Ok(Reply::Range(RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 6,
+        })),
+    );
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    let page = cmds
+        .iter()
+        .find(|(_, c)| matches!(c, Command::Range(_)))
+        .unwrap()
+        .0;
+    h.done(
+        page,
+        Ok(range(
+            100,
+            vec![
+                kv(b"/app/a", b"1", 5),
+                kv(b"/app/b", b"2", 5),
+                kv(b"/app/c", b"3", 5),
+            ],
+            true,
+        )),
+    );
+    let cmds = h.drain();
+    // The first chunk's Txn and the next page's read go out together.
+    let txn = cmds
+        .iter()
+        .find(|(_, c)| matches!(c, Command::Txn(_)))
+        .expect("a scan txn")
+        .clone();
+    let read = cmds
+        .iter()
+        .find(|(_, c)| matches!(c, Command::Range(_)))
+        .expect("a prefetch read")
+        .clone();
+    let Command::Range(r) = &read.1 else {
+        unreachable!()
+    };
+    assert_eq!(
+        r.key,
+        b"/app/c\0".to_vec(),
+        "the next page starts after the last key read"
+    );
+    let rec = fence_of(&txn.1);
+    let scan = rec.scan.unwrap();
+    assert_eq!((scan.base, scan.scanned), (100, false));
+    assert_eq!(
+        scan.cursor,
+        b"/app/c\0".to_vec(),
+        "the durable cursor follows the last key written"
+    );
+}
+
+#[test]
+fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 25);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 300)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 50)));
+    let (id, _) = one(h.drain());
+    let found = Checkpoint {
+        v: 1,
+        link: MirrorConfig::new("/app/", "/mirror/").link_id(),
+        epoch: 2,
+        holder: "0123456789abcdef0123456789abcdef".into(),
+        role: Role::Mirror,
+        watermark: 0,
+        split: None,
+        scan: Some(tidemark_core::mirror::checkpoint::Scan {
+            base: 200,
+            cursor: b"/app/m\0".to_vec(),
+            scanned: false,
+        }),
+        prune_pending: false,
+        prune_floor: 0,
+        source_cluster: "1".into(),
+        target_cluster: "2".into(),
+    };
+    h.done(
+        id,
+        Ok(range(50, vec![kv(FENCE, &found.encode(), 49)], false)),
+    );
+    // No RequireEmpty check on a resumed genesis (the target holds our own partial copy).
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!(
+        (rec.epoch, rec.scan.clone().unwrap().cursor),
+        (3, b"/app/m\0".to_vec())
+    );
+    h.done(id, Ok(txn_ok(51)));
+    let cmds = h.drain();
+    let Command::Watch(w) = &cmds[0].1 else {
+        panic!("{cmds:#?}")
+    };
+    assert_eq!(
+        w.start_revision, 201,
+        "events since the original R0 are replayed"
+    );
+    let Command::Range(r) = &cmds[1].1 else {
+        panic!("{cmds:#?}")
+    };
+    assert_eq!(
+        r.key,
+        b"/app/m\0".to_vec(),
+        "the scan continues where it stopped"
+    );
+}

@@ -191,13 +191,10 @@ impl Mirror {
                 self.status.initial_sync_copied_key_count += ops.len() as u64;
                 if let Some(g) = self.gen.as_mut().filter(|g| g.seq == seq) {
                     g.leased += leased;
-                    g.page_chunks = g.page_chunks.saturating_sub(1);
-                    if g.page_chunks == 0 {
-                        if scanned {
-                            self.scan_complete(now);
-                        } else {
-                            self.next_scan_page();
-                        }
+                    if scanned {
+                        self.scan_complete(now);
+                    } else {
+                        self.maybe_read_page();
                     }
                 }
             }
@@ -456,9 +453,6 @@ impl Mirror {
                     .and_then(|o| self.keys.unrewrite(o.key()))
                     .map(next_key)
                     .unwrap_or_default();
-                if let Some(g) = self.gen.as_mut().filter(|g| g.seq == seq) {
-                    g.page_chunks += 1;
-                }
                 self.work.push_front(Work::Scan {
                     seq,
                     ops: second,

@@ -55,8 +55,9 @@ impl Mirror {
             rmax: 0,
             window: 0,
             page_limit: self.cfg.sync.page_key_limit.min(256),
-            page_chunks: 0,
-            page_more: false,
+            read_cursor: Vec::new(),
+            reading: false,
+            read_done: false,
             held: VecDeque::new(),
             held_bytes: 0,
             sweep_cursor: Vec::new(),
@@ -133,11 +134,12 @@ impl Mirror {
                 .iter()
                 .position(|w| before_end(&scan.cursor, &w.end))
                 .unwrap_or(windows.len());
+            g.read_cursor = scan.cursor.clone();
         }
         if scan.scanned {
             self.scan_complete(now);
         } else {
-            self.next_scan_page();
+            self.maybe_read_page();
         }
     }
 
@@ -145,14 +147,8 @@ impl Mirror {
         let g = self.gen.as_ref()?;
         let windows = self.keys.source_windows();
         let w = windows.get(g.window)?;
-        let cursor = self
-            .record
-            .as_ref()
-            .and_then(|r| r.scan.as_ref())
-            .map(|s| s.cursor.clone())
-            .unwrap_or_default();
-        let key = if cursor > w.start {
-            cursor
+        let key = if g.read_cursor > w.start {
+            g.read_cursor.clone()
         } else {
             w.start.clone()
         };
@@ -168,23 +164,30 @@ impl Mirror {
         }))
     }
 
-    pub(super) fn next_scan_page(&mut self) {
+    /// Reads the next page while earlier pages are still being written, so the target
+    /// never waits for a source read; at most a few pages are buffered.
+    pub(super) fn maybe_read_page(&mut self) {
+        let queued = self
+            .work
+            .iter()
+            .filter(|w| matches!(w, Work::Scan { .. }))
+            .count();
+        let Some(g) = &self.gen else { return };
+        if g.reading || g.read_done || g.step != GenStep::Scanning || queued > PREFETCH_CHUNKS {
+            return;
+        }
         match self.scan_cmd() {
             Some(cmd) => {
+                if let Some(g) = &mut self.gen {
+                    g.reading = true;
+                }
                 self.issue(Job::ScanPage(self.gen_seq), cmd);
             }
             None => {
                 // Past the last window: record that the scan is complete.
-                let cursor = self
-                    .record
-                    .as_ref()
-                    .and_then(|r| r.scan.as_ref())
-                    .map(|s| s.cursor.clone())
-                    .unwrap_or_default();
-                if let Some(g) = &mut self.gen {
-                    g.page_chunks = 1;
-                }
-                let seq = self.gen_seq;
+                let Some(g) = &mut self.gen else { return };
+                g.read_done = true;
+                let (seq, cursor) = (g.seq, g.read_cursor.clone());
                 self.work.push_back(Work::Scan {
                     seq,
                     ops: Vec::new(),
@@ -207,6 +210,7 @@ impl Mirror {
         let budget = self.cfg.sync.page_bytes;
         let max_limit = self.cfg.sync.page_key_limit;
         let Some(g) = &mut self.gen else { return };
+        g.reading = false;
         g.rmax = g.rmax.max(r.header_revision);
         // Adapt the page to the byte budget.
         if page_bytes > budget {
@@ -238,9 +242,9 @@ impl Mirror {
         }
         let chunks = batcher::chunk_ops(ops, self.limits);
         let Some(g) = &mut self.gen else { return };
-        g.page_more = !scanned;
+        g.read_cursor = cursor_after.clone();
+        g.read_done = scanned;
         if chunks.is_empty() {
-            g.page_chunks = 1;
             let seq = g.seq;
             self.work.push_back(Work::Scan {
                 seq,
@@ -249,9 +253,8 @@ impl Mirror {
                 scanned,
                 leased: 0,
             });
-            return;
+            return self.maybe_read_page();
         }
-        g.page_chunks = chunks.len();
         let seq = g.seq;
         let n = chunks.len();
         let mut idx = 0;
@@ -274,6 +277,7 @@ impl Mirror {
                 leased,
             });
         }
+        self.maybe_read_page();
     }
 
     pub(super) fn scan_complete(&mut self, now: Instant) {

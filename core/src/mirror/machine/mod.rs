@@ -49,6 +49,8 @@ const WATCH_CANCEL_AFTER_FAILURES: u32 = 3;
 const UNTRUSTED_PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Bound on fence re-reads and re-claims in a row before giving up as FenceLost.
 const MAX_TAKEOVERS: u32 = 3;
+/// Scan chunks queued before the next page is read (prefetch depth).
+const PREFETCH_CHUNKS: usize = 16;
 
 /// What a command in flight was for, so its reply is routed to the right flow.
 #[derive(Debug, Clone)]
@@ -161,11 +163,14 @@ struct Genesis {
     prune: bool,
     /// Highest header revision any scan page was read at.
     rmax: i64,
+    /// The window the next page read is in.
     window: usize,
     page_limit: u32,
-    /// Scan chunks of the current page not yet committed.
-    page_chunks: usize,
-    page_more: bool,
+    /// Where the next page read starts (ahead of the durable cursor while prefetching).
+    read_cursor: Vec<u8>,
+    reading: bool,
+    /// Every window has been read; the last chunk queued carries `scanned`.
+    read_done: bool,
     /// Events held while scanning or sweeping, with their byte size.
     held: VecDeque<Vec<Event>>,
     held_bytes: u64,
