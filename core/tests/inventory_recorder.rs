@@ -1,4 +1,6 @@
 //! Scripted exchanges with the inventory recorder: every command it emits is asserted exactly.
+// Helpers outside #[test] fns unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -426,7 +428,8 @@ fn writes_every_chunk_and_leaves_leftovers_alone() {
 
 #[test]
 fn eligibility_is_checked_first() {
-    let cases: Vec<(Box<dyn Fn(&mut CompositionView)>, Ineligible)> = vec![
+    type Edit = Box<dyn Fn(&mut CompositionView)>;
+    let cases: Vec<(Edit, Ineligible)> = vec![
         (
             Box::new(|c| {
                 c.annotations.remove(DECISION_ANNOTATION);

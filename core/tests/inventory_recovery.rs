@@ -1,4 +1,6 @@
 //! Scripted exchanges with the recovery machine: every command it emits is asserted exactly.
+// Helpers outside #[test] fns unwrap too: a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use tidemark_core::inventory::eligibility::Ineligible;

@@ -35,7 +35,7 @@ pub use lineage::{default_lineage, lineage_conflicts, lineage_of};
 pub use recorder::{RecordOutcome, Recorder, RecorderConfig, RecorderStatus};
 pub use recovery::{Mode, Recovery, RecoveryConfig, RecoveryOutcome, RecoveryStatus};
 pub use secret::{build_snapshot_secrets, Secret, SnapshotSource};
-pub use select::{select, Invalid, Reason, Selection, Snapshot};
+pub use select::{select, select_with_limit, Invalid, Reason, Selection, Snapshot};
 pub use timestamp::Timestamp;
 pub use tombstone::{deletion_order, tombstones};
 pub use view::{CompositionView, ObjectView, SliceResource, SliceView, SynthesisView};
