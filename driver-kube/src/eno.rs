@@ -126,7 +126,11 @@ pub struct ResourceSlice {
 #[serde(rename_all = "camelCase")]
 pub struct ResourceSliceSpec {
     /// `synthesisUUID`.
-    #[serde(default, rename = "synthesisUUID", skip_serializing_if = "String::is_empty")]
+    #[serde(
+        default,
+        rename = "synthesisUUID",
+        skip_serializing_if = "String::is_empty"
+    )]
     pub synthesis_uuid: String,
     /// `resources`.
     #[serde(default)]
@@ -191,7 +195,11 @@ impl Composition {
 
     /// An annotation value.
     pub fn annotation(&self, key: &str) -> Option<&str> {
-        self.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
     }
 }
 

@@ -145,7 +145,9 @@ impl Executor {
                     .get(name)
                     .await
                     .map_err(|e| classify(&e))?;
-                Ok(Reply::Secret(view(Secret::from_kube_json(&to_json(&obj)?))?))
+                Ok(Reply::Secret(view(Secret::from_kube_json(&to_json(
+                    &obj,
+                )?))?))
             }
             Command::CreateSecret(secret) => {
                 let obj: DynamicObject = serde_json::from_value(secret.to_kube_json())
@@ -216,7 +218,10 @@ impl Executor {
     }
 
     fn secrets(&self, client: &Client, namespace: &str) -> Api<DynamicObject> {
-        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("", "v1", "Secret"), "secrets");
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "Secret"),
+            "secrets",
+        );
         Api::namespaced_with(client.clone(), namespace, &ar)
     }
 
@@ -234,8 +239,7 @@ impl Executor {
             Some(ar) => ar,
             None => {
                 let gvk = GroupVersionKind::gvk(&id.group, &id.version, &id.kind);
-                let ar = match kube::discovery::pinned_kind(&self.clusters.downstream, &gvk).await
-                {
+                let ar = match kube::discovery::pinned_kind(&self.clusters.downstream, &gvk).await {
                     Ok((ar, _caps)) => ar,
                     Err(_) => ApiResource::from_gvk(&gvk),
                 };

@@ -5,5 +5,9 @@
 //! testable without a cluster.
 
 pub mod conformance;
+pub mod controller;
+pub mod drive;
 pub mod eno;
 pub mod exec;
+pub mod inspect;
+pub mod ops;

@@ -1,6 +1,8 @@
 //! Conformance of the test apiserver (or a real cluster) for the semantics the inventory
 //! driver relies on, exercised through a real `kube::Client`.
 
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 mod common;
 
 use common::{api_err, Env};
@@ -91,7 +93,10 @@ async fn secret_crud_resource_version_and_errors() {
     // Delete without finalizers removes at once.
     api.delete(&name, &DeleteParams::default()).await.unwrap();
     assert_eq!(api_err(&api.get(&name).await.unwrap_err()).0, 404);
-    let e = api.delete(&name, &DeleteParams::default()).await.unwrap_err();
+    let e = api
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap_err();
     assert_eq!(api_err(&e).0, 404);
 }
 
@@ -132,7 +137,15 @@ async fn list_with_label_selectors() {
     let names = |list: Vec<Secret>| -> Vec<String> {
         let mut v: Vec<String> = list
             .into_iter()
-            .map(|s| s.metadata.name.unwrap().rsplit('-').next().unwrap().to_string())
+            .map(|s| {
+                s.metadata
+                    .name
+                    .unwrap()
+                    .rsplit('-')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         v.sort();
         v
@@ -247,7 +260,10 @@ async fn compositions_generation_status_and_annotations() {
         .list(&ListParams::default().labels("app=x"))
         .await
         .unwrap();
-    assert!(listed.items.iter().any(|i| i.metadata.name.as_deref() == Some(&*name)));
+    assert!(listed
+        .items
+        .iter()
+        .any(|i| i.metadata.name.as_deref() == Some(&*name)));
     api.delete(&name, &DeleteParams::default()).await.unwrap();
 }
 
@@ -304,8 +320,7 @@ async fn watch_sees_changes() {
     let env = Env::new().await;
     let api: Api<Composition> = Api::namespaced(env.client.clone(), &env.ns);
     let name = env.name("watched");
-    let mut stream = watcher::watcher(api.clone(), watcher::Config::default())
-        .boxed();
+    let mut stream = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
     // Initial sync.
     loop {
         match stream.next().await.unwrap().unwrap() {

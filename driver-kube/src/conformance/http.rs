@@ -147,7 +147,7 @@ async fn handle(
             scratch = guard.clone();
             &mut scratch
         } else {
-            &mut *guard
+            &mut guard
         };
         let r = dispatch(api, now, &method, &target, &q, &content_type, &body);
         let rv = guard.resource_version();
@@ -200,13 +200,14 @@ fn dispatch(
         }
         (&Method::PATCH, Some(name)) => {
             let p = parse_body(body, content_type)?;
-            let patch = if content_type.starts_with("application/json-patch+json") {
-                Patch::Json(p.as_array().cloned().ok_or_else(|| {
-                    ApiError::BadRequest("json patch must be an array".into())
-                })?)
-            } else {
-                Patch::Merge(p.clone())
-            };
+            let patch =
+                if content_type.starts_with("application/json-patch+json") {
+                    Patch::Json(p.as_array().cloned().ok_or_else(|| {
+                        ApiError::BadRequest("json patch must be an array".into())
+                    })?)
+                } else {
+                    Patch::Merge(p.clone())
+                };
             let apply = content_type.starts_with("application/apply-patch");
             match api.patch(now, &t.gvr, ns, name, &patch, sub) {
                 Err(ApiError::NotFound { .. }) if apply && !t.status => {
@@ -283,14 +284,11 @@ async fn watch(shared: Arc<Shared>, t: Target, q: BTreeMap<String, String>) -> R
                 // "" or "0": synthetic ADDED for everything that exists, then changes.
                 let (items, rv) = {
                     let mut api = shared.lock();
-                    let (items, rv) = match api.list(
-                        &t.gvr,
-                        t.namespace.as_deref(),
-                        selector.as_deref(),
-                    ) {
-                        Ok(x) => x,
-                        Err(_) => (Vec::new(), api.resource_version()),
-                    };
+                    let (items, rv) =
+                        match api.list(&t.gvr, t.namespace.as_deref(), selector.as_deref()) {
+                            Ok(x) => x,
+                            Err(_) => (Vec::new(), api.resource_version()),
+                        };
                     (items, rv)
                 };
                 for obj in items {
@@ -384,8 +382,8 @@ mod tests {
         assert_eq!(t.gvr, Gvr::secrets());
         assert_eq!(t.namespace.as_deref(), Some("kube-system"));
         assert_eq!(t.name.as_deref(), Some("x"));
-        let t = parse_path("/apis/tidemark.dev/v1alpha1/namespaces/ns/etcdmirrors/m/status")
-            .unwrap();
+        let t =
+            parse_path("/apis/tidemark.dev/v1alpha1/namespaces/ns/etcdmirrors/m/status").unwrap();
         assert!(t.status);
         assert_eq!(t.gvr, Gvr::etcd_mirrors());
         let t = parse_path("/apis/eno.azure.io/v1/compositions").unwrap();

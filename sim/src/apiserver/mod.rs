@@ -972,7 +972,10 @@ fn normalize_secret(gvr: &Gvr, kind: &str, name: &str, obj: &mut Value) -> Resul
             let data = o.entry("data").or_insert_with(|| json!({}));
             if let (Some(d), Some(sd)) = (data.as_object_mut(), sd.as_object()) {
                 for (k, v) in sd {
-                    d.insert(k.clone(), json!(b64_encode(v.as_str().unwrap_or("").as_bytes())));
+                    d.insert(
+                        k.clone(),
+                        json!(b64_encode(v.as_str().unwrap_or("").as_bytes())),
+                    );
                 }
             }
         }
@@ -980,8 +983,9 @@ fn normalize_secret(gvr: &Gvr, kind: &str, name: &str, obj: &mut Value) -> Resul
         if let Some(data) = o.get("data").and_then(Value::as_object) {
             for (k, v) in data {
                 let s = v.as_str().unwrap_or("");
-                total += b64_decoded_len(s)
-                    .ok_or_else(|| invalid(format!("data[{k}]: Invalid value: illegal base64 data")))?;
+                total += b64_decoded_len(s).ok_or_else(|| {
+                    invalid(format!("data[{k}]: Invalid value: illegal base64 data"))
+                })?;
             }
         }
         if total > SECRET_DATA_LIMIT {
@@ -998,7 +1002,7 @@ fn normalize_secret(gvr: &Gvr, kind: &str, name: &str, obj: &mut Value) -> Resul
 
 fn b64_decoded_len(s: &str) -> Option<usize> {
     let b = s.as_bytes();
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return None;
     }
     let ok = b
@@ -1185,7 +1189,11 @@ pub fn json_patch(doc: &Value, ops: &[Value]) -> Result<Value, String> {
             .and_then(Value::as_str)
             .ok_or("operation without path")?;
         let value = || op.get("value").cloned().ok_or("operation without value");
-        let from = || op.get("from").and_then(Value::as_str).ok_or("operation without from");
+        let from = || {
+            op.get("from")
+                .and_then(Value::as_str)
+                .ok_or("operation without from")
+        };
         match kind {
             "add" => add_at(&mut out, path, value()?)?,
             "remove" => {

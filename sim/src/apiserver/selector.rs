@@ -98,8 +98,7 @@ fn valid_key(k: &str) -> bool {
 
 fn valid_value(v: &str) -> bool {
     v.len() <= 63
-        && v
-            .chars()
+        && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 

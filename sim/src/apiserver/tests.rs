@@ -25,7 +25,10 @@ fn create_get_conflicts() {
         .create(T0, &g, "kube-system", secret("a", json!({}), json!({})))
         .unwrap();
     assert_eq!(meta_str(&a, "resourceVersion").as_deref(), Some("1"));
-    assert_eq!(meta_str(&a, "creationTimestamp").as_deref(), Some("2026-01-01T00:00:00Z"));
+    assert_eq!(
+        meta_str(&a, "creationTimestamp").as_deref(),
+        Some("2026-01-01T00:00:00Z")
+    );
     assert_eq!(a["type"], "Opaque");
     assert!(a.pointer("/metadata/generation").is_none());
     let e = s
@@ -68,7 +71,11 @@ fn secret_limit_counts_decoded_bytes() {
 fn list_with_selectors() {
     let mut s = ApiServer::new();
     let g = Gvr::secrets();
-    for (n, l) in [("a", json!({"x": "1"})), ("b", json!({"x": "2"})), ("c", json!({}))] {
+    for (n, l) in [
+        ("a", json!({"x": "1"})),
+        ("b", json!({"x": "2"})),
+        ("c", json!({})),
+    ] {
         s.create(T0, &g, "ns", secret(n, l, json!({}))).unwrap();
     }
     s.create(T0, &g, "other", secret("d", json!({"x": "1"}), json!({})))
@@ -135,11 +142,14 @@ fn generation_status_and_terminating() {
     // Delete with a finalizer => terminating; removing the finalizer removes it.
     let t = s.delete(T0, &g, "ns", "c", None, None).unwrap().unwrap();
     assert!(t.pointer("/metadata/deletionTimestamp").is_some());
-    let p = Patch::Json(vec![json!({"op": "remove", "path": "/metadata/finalizers"})]);
+    let p = Patch::Json(vec![
+        json!({"op": "remove", "path": "/metadata/finalizers"}),
+    ]);
     s.patch(T0, &g, "ns", "c", &p, Subresource::Main).unwrap();
     assert!(s.peek(&g, "ns", "c").is_none());
     // Without finalizers delete removes at once.
-    s.create(T0, &g, "ns", json!({"metadata": {"name": "d"}})).unwrap();
+    s.create(T0, &g, "ns", json!({"metadata": {"name": "d"}}))
+        .unwrap();
     assert!(s.delete(T0, &g, "ns", "d", None, None).unwrap().is_none());
     let kinds: Vec<_> = s
         .events_since(&g, Some("ns"), None, 0)

@@ -1,0 +1,107 @@
+//! Runs the core's sans-IO inventory machines to completion against real clusters.
+
+use crate::exec::Executor;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tidemark_core::inventory::{
+    Input, KubeError, Output, RecordOutcome, Recorder, Recovery, RecoveryOutcome, Timestamp,
+};
+use tidemark_core::Instant;
+
+/// The driver's monotonic clock, as core [`Instant`]s since the clock was made.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    epoch: std::time::Instant,
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock::new()
+    }
+}
+
+impl Clock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Clock {
+        Clock {
+            epoch: std::time::Instant::now(),
+        }
+    }
+
+    /// Now, in core time.
+    pub fn now(&self) -> Instant {
+        let d = self.epoch.elapsed();
+        Instant(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The tokio instant a core instant stands for.
+    pub fn to_tokio(&self, at: Instant) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.epoch + Duration::from_nanos(at.as_nanos()))
+    }
+}
+
+/// Wall-clock time for values the core writes into objects (decision time).
+pub fn wall_timestamp() -> Timestamp {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Timestamp::from_unix_nanos(i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
+}
+
+/// The sans-IO shape shared by the recorder and the recovery machine.
+pub trait Machine {
+    /// What the machine ends with.
+    type Outcome;
+    /// Next output.
+    fn poll(&mut self, now: Instant) -> Output<Self::Outcome>;
+    /// Feeds one input.
+    fn handle(&mut self, now: Instant, input: Input);
+}
+
+impl Machine for Recorder {
+    type Outcome = RecordOutcome;
+    fn poll(&mut self, now: Instant) -> Output<RecordOutcome> {
+        self.poll_output(now)
+    }
+    fn handle(&mut self, now: Instant, input: Input) {
+        self.handle_input(now, input)
+    }
+}
+
+impl Machine for Recovery {
+    type Outcome = RecoveryOutcome;
+    fn poll(&mut self, now: Instant) -> Output<RecoveryOutcome> {
+        self.poll_output(now)
+    }
+    fn handle(&mut self, now: Instant, input: Input) {
+        self.handle_input(now, input)
+    }
+}
+
+/// Executes the machine's commands one at a time until it stops. Each request is bounded by
+/// `request_timeout`; a timed-out request is answered with a transient error.
+pub async fn drive<M: Machine>(
+    machine: &mut M,
+    exec: &Executor,
+    clock: &Clock,
+    request_timeout: Duration,
+) -> M::Outcome {
+    loop {
+        match machine.poll(clock.now()) {
+            Output::Command { id, cmd } => {
+                tracing::debug!(id, ?cmd, "kube command");
+                let result = match tokio::time::timeout(request_timeout, exec.execute(&cmd)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(KubeError::Transient(format!(
+                        "no reply within {request_timeout:?}"
+                    ))),
+                };
+                if let Err(e) = &result {
+                    tracing::debug!(id, error = %e, "kube command failed");
+                }
+                machine.handle(clock.now(), Input::Done { id, result });
+            }
+            Output::Timeout(at) => tokio::time::sleep_until(clock.to_tokio(at)).await,
+            Output::Stopped(outcome) => return outcome,
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! Offline `inspect`: selection and tombstones over `kubectl get -o yaml|json` output, for
+//! operators who want to know what recovery would do without touching a cluster.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use tidemark_core::inventory::{
+    present_identities, select, tombstones, Secret, Selection, SliceView, LABEL_LINEAGE,
+};
+
+/// Input that cannot be used for a decision.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Neither JSON nor YAML.
+    #[error("{path}: neither JSON nor YAML: {why}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// An object of the expected kind is unusable (not even Kubernetes-shaped).
+    #[error("{path}: {why}")]
+    Object {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// Several lineages and no `--lineage`.
+    #[error("the Secrets hold several lineages ({0}); choose one with --lineage")]
+    SeveralLineages(String),
+}
+
+/// Flattens `kubectl` output: a `List` (JSON or YAML), a single object, a JSON array, or
+/// multi-document YAML (each document itself possibly a `List`).
+pub fn parse_objects(text: &str, path: &str) -> Result<Vec<Value>, InspectError> {
+    fn flatten(v: Value, out: &mut Vec<Value>) {
+        match v {
+            Value::Null => {}
+            Value::Array(items) => items.into_iter().for_each(|i| flatten(i, out)),
+            Value::Object(ref m) if m.get("items").is_some_and(Value::is_array) => {
+                if let Some(Value::Array(items)) = v.get("items").cloned() {
+                    items.into_iter().for_each(|i| flatten(i, out));
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    let mut out = Vec::new();
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) => flatten(v, &mut out),
+        Err(json_err) => {
+            for doc in serde_yaml::Deserializer::from_str(text) {
+                let v = <Value as serde::Deserialize>::deserialize(doc).map_err(|e| {
+                    InspectError::Parse {
+                        path: path.to_string(),
+                        why: format!("JSON: {json_err}; YAML: {e}"),
+                    }
+                })?;
+                flatten(v, &mut out);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn kind_is(v: &Value, kind: &str) -> bool {
+    v.get("kind")
+        .and_then(Value::as_str)
+        .is_none_or(|k| k == kind)
+}
+
+/// Reads the Secrets of a `--secrets` file (objects of other kinds are ignored).
+pub fn secrets_from(text: &str, path: &str) -> Result<Vec<Secret>, InspectError> {
+    parse_objects(text, path)?
+        .iter()
+        .filter(|v| kind_is(v, "Secret"))
+        .map(|v| {
+            Secret::from_kube_json(v).map_err(|why| InspectError::Object {
+                path: path.to_string(),
+                why,
+            })
+        })
+        .collect()
+}
+
+/// Reads the ResourceSlices of a `--current` file (objects of other kinds are ignored).
+pub fn slices_from(text: &str, path: &str) -> Result<Vec<SliceView>, InspectError> {
+    parse_objects(text, path)?
+        .iter()
+        .filter(|v| kind_is(v, "ResourceSlice"))
+        .map(|v| {
+            SliceView::from_kube_json(v).map_err(|why| InspectError::Object {
+                path: path.to_string(),
+                why,
+            })
+        })
+        .collect()
+}
+
+/// The lineage to select: the given one, or the only one the live Secrets carry.
+pub fn choose_lineage(
+    secrets: &[Secret],
+    given: Option<&str>,
+) -> Result<Option<String>, InspectError> {
+    if let Some(l) = given {
+        return Ok(Some(l.to_string()));
+    }
+    let found: BTreeSet<&str> = secrets
+        .iter()
+        .filter_map(|s| s.labels.get(LABEL_LINEAGE).map(String::as_str))
+        .collect();
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.into_iter().next().map(str::to_string)),
+        _ => Err(InspectError::SeveralLineages(
+            found.into_iter().collect::<Vec<_>>().join(", "),
+        )),
+    }
+}
+
+/// The decision `inspect` prints: the selection, and tombstones when `current` is given.
+/// Tombstones are only derived from a selected snapshot (empty otherwise).
+pub fn inspect(
+    secrets: &[Secret],
+    current: Option<&[SliceView]>,
+    lineage: Option<&str>,
+    current_path: &str,
+) -> Result<Value, InspectError> {
+    let selection = match choose_lineage(secrets, lineage)? {
+        Some(l) => select(secrets, &l),
+        None => Selection::None,
+    };
+    let Some(slices) = current else {
+        return Ok(selection.inspect_json(None));
+    };
+    let present = present_identities(slices).map_err(|e| InspectError::Object {
+        path: current_path.to_string(),
+        why: format!("slice {} resource {}: {}", e.slice, e.index, e.why),
+    })?;
+    let t = match &selection {
+        Selection::Selected(s) => tombstones(&s.entries, &present),
+        _ => Vec::new(),
+    };
+    Ok(selection.inspect_json(Some(&t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubectl_shapes() {
+        let list_json = r#"{"apiVersion":"v1","kind":"List","items":[{"kind":"Secret","metadata":{"name":"a"}},{"kind":"Secret","metadata":{"name":"b"}}]}"#;
+        assert_eq!(parse_objects(list_json, "f").unwrap().len(), 2);
+        let list_yaml =
+            "apiVersion: v1\nkind: List\nitems:\n- kind: Secret\n  metadata:\n    name: a\n";
+        assert_eq!(parse_objects(list_yaml, "f").unwrap().len(), 1);
+        let multi =
+            "kind: Secret\nmetadata:\n  name: a\n---\nkind: Secret\nmetadata:\n  name: b\n---\n";
+        assert_eq!(parse_objects(multi, "f").unwrap().len(), 2);
+        assert!(parse_objects("{ nope: [", "f").is_err());
+        assert!(secrets_from("", "f").unwrap().is_empty());
+    }
+}

@@ -1,0 +1,221 @@
+//! End to end: the controller records a Composition's inventory; the Composition is deleted
+//! and re-created under a new name with the same synthesizer; its first synthesis lacks
+//! resources of the old one; the controller decides, deletes exactly the missing ones (never
+//! one marked `eno.azure.io/deletion-strategy: orphan`), then records the new snapshot.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use common::Env;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret as K8sSecret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use std::time::Duration;
+use tidemark_core::inventory::{
+    default_lineage, lineage_selector, select, Decision, Outcome, Secret, Selection,
+    DECISION_ANNOTATION,
+};
+use tidemark_kube::controller::{Controller, ControllerConfig};
+use tidemark_kube::eno::{Composition, ResourceSlice};
+use tidemark_kube::exec::{Clusters, Executor};
+
+fn manifest(ns: &str, name: &str) -> serde_json::Value {
+    json!({"manifest": json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns}}).to_string()})
+}
+
+async fn slice(api: &Api<ResourceSlice>, name: &str, uuid: &str, ns: &str, cms: &[String]) {
+    let s: ResourceSlice = serde_json::from_value(json!({
+        "apiVersion": "eno.azure.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"synthesisUUID": uuid,
+                 "resources": cms.iter().map(|c| manifest(ns, c)).collect::<Vec<_>>()}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &s).await.unwrap();
+}
+
+async fn composition(
+    api: &Api<Composition>,
+    name: &str,
+    uuid: &str,
+    synthesized: &str,
+    slice: &str,
+) {
+    let c: Composition = serde_json::from_value(json!({
+        "apiVersion": "eno.azure.io/v1", "kind": "Composition",
+        "metadata": {"name": name, "annotations": {"eno.azure.io/recovery-enabled": "true"}},
+        "spec": {"synthesizer": {"name": "e2e-synth"}}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &c).await.unwrap();
+    let status = json!({"status": {"currentSynthesis": {
+        "uuid": uuid, "observedCompositionGeneration": 1,
+        "synthesized": synthesized, "reconciled": synthesized, "ready": synthesized,
+        "resourceSlices": [{"name": slice}]}}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+async fn wait_for<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !f().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn lineage_secrets(api: &Api<K8sSecret>, lineage: &str) -> Vec<Secret> {
+    api.list(&ListParams::default().labels(&lineage_selector(lineage)))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| Secret::from_kube_json(&serde_json::to_value(s).unwrap()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn recreated_composition_recovers_then_records() {
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let secret_ns = if env.simulated() {
+        "kube-system".to_string()
+    } else {
+        ns.clone()
+    };
+    let client = env.client.clone();
+    let comps: Api<Composition> = Api::namespaced(client.clone(), &ns);
+    let slices: Api<ResourceSlice> = Api::namespaced(client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let secrets: Api<K8sSecret> = Api::namespaced(client.clone(), &secret_ns);
+
+    // Downstream resources; `f` carries the orphan strategy.
+    let names: Vec<String> = ["a", "b", "c", "d", "e", "f"]
+        .iter()
+        .map(|n| env.name(&format!("cm-{n}")))
+        .collect();
+    for n in &names {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(n.clone());
+        if n.ends_with("cm-f") {
+            cm.metadata.annotations = Some(
+                [(
+                    "eno.azure.io/deletion-strategy".to_string(),
+                    "orphan".to_string(),
+                )]
+                .into(),
+            );
+        }
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+
+    // The controller, in its own task.
+    let cfg = ControllerConfig {
+        namespace: ns.clone(),
+        secret_namespace: secret_ns.clone(),
+        min_interval: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(500),
+        ..ControllerConfig::default()
+    };
+    let exec = Executor::new(Clusters {
+        eno: client.clone(),
+        downstream: client.clone(),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(Controller::new(cfg, exec).run(
+        async move {
+            let _ = stop_rx.await;
+        },
+        |_| {},
+    ));
+
+    // 1. The first Composition, with all six resources, is recorded.
+    let lineage = default_lineage(&ns, "e2e-synth");
+    let (c1, s1) = (env.name("comp-one"), env.name("slice-one"));
+    slice(&slices, &s1, "uuid-one", &ns, &names).await;
+    composition(&comps, &c1, "uuid-one", "2026-01-01T00:00:00Z", &s1).await;
+    wait_for("the first snapshot", || async {
+        matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
+                 Selection::Selected(s) if s.synthesis_uuid == "uuid-one")
+    })
+    .await;
+    let c1_obj = comps.get(&c1).await.unwrap();
+    let d1 = Decision::parse(c1_obj.annotation(DECISION_ANNOTATION).unwrap()).unwrap();
+    assert_eq!(d1.outcome, Outcome::InventoryNotFound);
+
+    // 2. Deleted, and re-created under a new name whose first synthesis lacks d, e, f.
+    comps.delete(&c1, &DeleteParams::default()).await.unwrap();
+    slices.delete(&s1, &DeleteParams::default()).await.unwrap();
+    let (c2, s2) = (env.name("comp-two"), env.name("slice-two"));
+    slice(&slices, &s2, "uuid-two", &ns, &names[..3]).await;
+    composition(&comps, &c2, "uuid-two", "2026-01-02T00:00:00Z", &s2).await;
+
+    // 3. Decided, exactly d and e deleted (f is orphaned), then the new snapshot recorded.
+    wait_for("the new snapshot", || async {
+        matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
+                 Selection::Selected(s) if s.synthesis_uuid == "uuid-two")
+    })
+    .await;
+    let c2_obj = comps.get(&c2).await.unwrap();
+    let d2 = Decision::parse(c2_obj.annotation(DECISION_ANNOTATION).unwrap()).unwrap();
+    assert_eq!(d2.synthesis_uuid, "uuid-two");
+    assert_eq!(d2.outcome, Outcome::Applied(3));
+    for (i, n) in names.iter().enumerate() {
+        let exists = cms.get_opt(n).await.unwrap().is_some();
+        assert_eq!(exists, !(i == 3 || i == 4), "{n}");
+    }
+    let Selection::Selected(snap) = select(&lineage_secrets(&secrets, &lineage).await, &lineage)
+    else {
+        panic!("selected")
+    };
+    assert_eq!(snap.entries.len(), 3);
+    assert_eq!(snap.composition_name, c2);
+
+    // Events on both Compositions.
+    if env.simulated() {
+        let server = env.server.as_ref().unwrap();
+        let reasons: Vec<(String, String)> = server.with_api(|api, _| {
+            api.all(&tidemark_kube::conformance::Gvr::new(
+                "events.k8s.io",
+                "v1",
+                "events",
+            ))
+            .iter()
+            .map(|e| {
+                (
+                    e["regarding"]["name"].as_str().unwrap_or("").to_string(),
+                    e["reason"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+        });
+        assert!(
+            reasons.contains(&(c1.clone(), "InventoryRecorded".into())),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.contains(&(c2.clone(), "Recovered".into())),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.contains(&(c2.clone(), "InventoryRecorded".into())),
+            "{reasons:?}"
+        );
+    }
+
+    let _ = stop_tx.send(());
+    controller.await.unwrap();
+    for n in [&names[0], &names[1], &names[2], &names[5]] {
+        cms.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+}
