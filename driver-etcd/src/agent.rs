@@ -224,3 +224,15 @@ impl<C: Core> Agent<C> {
         self.core.handle_input(self.clock.now(), input);
     }
 }
+
+impl Core for tidemark_core::mirror::Mirror {
+    fn handle_input(&mut self, now: Instant, input: Input) {
+        tidemark_core::mirror::Mirror::handle_input(self, now, input)
+    }
+    fn poll_output(&mut self, now: Instant) -> Output {
+        tidemark_core::mirror::Mirror::poll_output(self, now)
+    }
+    fn status(&self) -> &Status {
+        tidemark_core::mirror::Mirror::status(self)
+    }
+}

@@ -249,3 +249,22 @@ async fn txn(c: Conn, req: TxnRequest) -> Result<TxnReply, Failure> {
         reads,
     })
 }
+
+impl Executor {
+    /// The executor for a validated config: loads TLS material and passwords, connects
+    /// nothing yet.
+    pub fn from_config(
+        c: &tidemark_core::config::MirrorConfig,
+    ) -> Result<Self, crate::error::DriverError> {
+        use crate::connect::ConnSettings;
+        let t = c.sync.request_timeout;
+        let connect_timeout = t.clamp(Duration::from_secs(1), Duration::from_secs(10));
+        let source = ConnSettings::from_spec("source", &c.source, connect_timeout)?;
+        let target = ConnSettings::from_spec("target", &c.target, connect_timeout)?;
+        Ok(Executor::new(
+            Arc::new(ClusterConn::new(Cluster::Source, source)),
+            Arc::new(ClusterConn::new(Cluster::Target, target)),
+            t,
+        ))
+    }
+}

@@ -1,2 +1,370 @@
-//! `tidemark-mirror`: the standalone mirror agent (under construction).
-fn main() {}
+//! `tidemark-mirror`: the standalone mirror agent.
+//!
+//! `run` replicates a source etcd key range into a target etcd cluster with a fenced
+//! checkpoint stored in the target; `checkpoint` prints that checkpoint; `check-config`
+//! validates a config without connecting.
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tidemark_core::config::{InitialSyncMode, MirrorConfig, Mode};
+use tidemark_core::etcd::{Cluster, Command, RangeRequest, Reply, SortBy};
+use tidemark_core::mirror::io::{Control, StopReason};
+use tidemark_core::mirror::{Checkpoint, Mirror, Phase, Status};
+use tidemark_core::Instant;
+use tidemark_etcd::agent::{AgentOptions, StatusSink};
+use tidemark_etcd::config::Overrides;
+use tidemark_etcd::metrics::MirrorMetrics;
+use tidemark_etcd::{Agent, Executor};
+use tidemark_runtime::{Admin, AdminArgs, AdminHandle, LogFormat, Progress, Shutdown};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tidemark-mirror",
+    version,
+    about = "Fenced, checkpointed one-way replication of an etcd key range into another etcd cluster",
+    long_about = "Fenced, checkpointed one-way replication of an etcd key range into another etcd cluster.\n\n\
+The checkpoint (fence) lives inside the target, so the agent is stateless: kill it at any \
+moment and start it again; it resumes from the checkpoint without rescanning."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run the mirror until stopped (SIGTERM/SIGINT), drained, or failed permanently.
+    Run(RunArgs),
+    /// Print the decoded checkpoint (fence record) stored in the target, as JSON.
+    Checkpoint(CheckpointArgs),
+    /// Validate a config (and the files it names) without connecting; print the result.
+    CheckConfig(ConfigArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ConfigArgs {
+    /// Mirror config (YAML or JSON, EtcdMirror field names).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    #[command(flatten)]
+    overrides: OverrideArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value = "plain")]
+    log_format: LogFormat,
+    /// Do not draw genesis progress on the terminal.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckpointArgs {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ModeArg {
+    Sync,
+    Drain,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum InitialSyncArg {
+    #[value(name = "RequireEmpty")]
+    RequireEmpty,
+    #[value(name = "Overwrite")]
+    Overwrite,
+    #[value(name = "OverwriteAndPrune")]
+    OverwriteAndPrune,
+}
+
+/// Flags that override config fields.
+#[derive(Debug, Clone, clap::Args)]
+struct OverrideArgs {
+    /// Override source.endpointList (comma-separated URLs).
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    source_endpoints: Option<Vec<String>>,
+    /// Override target.endpointList (comma-separated URLs).
+    #[arg(long, value_name = "URLS", value_delimiter = ',')]
+    target_endpoints: Option<Vec<String>>,
+    /// Override source.prefix.
+    #[arg(long, value_name = "PREFIX")]
+    source_prefix: Option<String>,
+    /// Override target.prefix.
+    #[arg(long, value_name = "PREFIX")]
+    target_prefix: Option<String>,
+    /// Override sync.destPrefix.
+    #[arg(long, value_name = "PREFIX")]
+    dest_prefix: Option<String>,
+    /// Override mode.
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
+    /// Override initialSync.mode.
+    #[arg(long, value_enum)]
+    initial_sync_mode: Option<InitialSyncArg>,
+    /// Override initialSync.startRevision.
+    #[arg(long, value_name = "REV")]
+    start_revision: Option<i64>,
+    /// Override sync.maxTxnOps.
+    #[arg(long, value_name = "N")]
+    max_txn_ops: Option<u32>,
+    /// Override link (the link identity recorded in the fence).
+    #[arg(long, value_name = "ID")]
+    link: Option<String>,
+}
+
+impl OverrideArgs {
+    fn to_overrides(&self) -> Overrides {
+        Overrides {
+            source_endpoints: self.source_endpoints.clone(),
+            target_endpoints: self.target_endpoints.clone(),
+            source_prefix: self.source_prefix.clone(),
+            target_prefix: self.target_prefix.clone(),
+            dest_prefix: self.dest_prefix.clone(),
+            mode: self.mode.map(|m| match m {
+                ModeArg::Sync => Mode::Sync,
+                ModeArg::Drain => Mode::Drain,
+            }),
+            initial_sync_mode: self.initial_sync_mode.map(|m| match m {
+                InitialSyncArg::RequireEmpty => InitialSyncMode::RequireEmpty,
+                InitialSyncArg::Overwrite => InitialSyncMode::Overwrite,
+                InitialSyncArg::OverwriteAndPrune => InitialSyncMode::OverwriteAndPrune,
+            }),
+            start_revision: self.start_revision,
+            max_txn_ops: self.max_txn_ops,
+            link: self.link.clone(),
+        }
+    }
+}
+
+fn load(a: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
+    tidemark_etcd::config::load(&a.config, &a.overrides.to_overrides())
+        .with_context(|| format!("config {}", a.config.display()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tidemark-mirror: cannot start the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = rt.block_on(async move {
+        match cli.cmd {
+            Cmd::Run(a) => run(a).await,
+            Cmd::Checkpoint(a) => checkpoint(a).await,
+            Cmd::CheckConfig(a) => {
+                let c = load(&a)?;
+                println!(
+                    "config OK: link {}, {} -> {}",
+                    c.link_id(),
+                    c.source.prefix,
+                    String::from_utf8_lossy(&c.target_base())
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tidemark-mirror: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Pushes status into the admin server, metrics and the terminal progress line.
+struct Sink {
+    admin: AdminHandle,
+    metrics: MirrorMetrics,
+    progress: Option<Progress>,
+    show_progress: bool,
+    last_phase: Option<Phase>,
+}
+
+impl StatusSink for Sink {
+    fn publish(&mut self, s: &Status, _now: Instant) {
+        self.admin.heartbeat();
+        self.metrics.update(s);
+        match serde_json::to_value(s) {
+            Ok(v) => self.admin.set_status(v),
+            Err(e) => tracing::warn!(error = %e, "status not serialisable"),
+        }
+        let available = s.condition(tidemark_core::mirror::ConditionType::Available);
+        if available {
+            self.admin.set_ready();
+        } else {
+            self.admin.set_not_ready(format!("phase {:?}", s.phase));
+        }
+        if self.last_phase != Some(s.phase) {
+            tracing::info!(phase = ?s.phase, watermark = s.last_applied_revision, "phase");
+            self.last_phase = Some(s.phase);
+        }
+        if !self.show_progress {
+            return;
+        }
+        let total = (s.initial_sync_total_key_count > 0).then_some(s.initial_sync_total_key_count);
+        if s.phase == Phase::InitialSync {
+            let p = self
+                .progress
+                .get_or_insert_with(|| Progress::new("genesis", total).with_unit("keys"));
+            p.set_total(total);
+            p.set(s.initial_sync_copied_key_count);
+        } else if let Some(p) = self.progress.take() {
+            p.finish();
+        }
+    }
+}
+
+async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
+    // Signals first: from here on SIGTERM no longer kills the process mid-write.
+    let shutdown = Shutdown::install().context("installing signal handlers")?;
+    tidemark_runtime::logging::init(a.log_format, "info")?;
+    let config = load(&a.cfg)?;
+    let exec = Executor::from_config(&config)?;
+    let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
+    let mirror = Mirror::new(config.clone(), seed)?;
+
+    let mut admin = Admin::new("tidemark-mirror", env!("CARGO_PKG_VERSION"));
+    let handle = admin.handle();
+    let metrics = MirrorMetrics::default();
+    handle.with_registry(|r| metrics.register(r));
+    let (ctl_tx, ctl_rx) = mpsc::channel::<Control>(16);
+    for (name, control) in [
+        ("drain", Control::Drain),
+        ("reconcile", Control::Reconcile),
+        ("pause", Control::Pause),
+        ("resume", Control::Resume),
+        ("shutdown", Control::Shutdown),
+    ] {
+        let mut rx = admin.control(name, 4);
+        let tx = ctl_tx.clone();
+        tokio::spawn(async move {
+            while let Some(req) = rx.recv().await {
+                match tx.send(control).await {
+                    Ok(()) => req.accept(serde_json::json!({"accepted": name})),
+                    Err(_) => req.refuse("the mirror has stopped"),
+                }
+            }
+        });
+    }
+    drop(ctl_tx);
+    let server = admin
+        .serve(&a.admin.config())
+        .await
+        .context("starting the admin server")?;
+
+    tracing::info!(
+        link = %config.link_id(),
+        source = ?config.source.endpoint_list,
+        source_prefix = %config.source.prefix,
+        target = ?config.target.endpoint_list,
+        target_base = %String::from_utf8_lossy(&config.target_base()),
+        admin = %server.local_addr(),
+        "starting mirror"
+    );
+    let mut sink = Sink {
+        admin: handle,
+        metrics,
+        progress: None,
+        show_progress: !a.no_progress,
+        last_phase: None,
+    };
+    let agent = Agent::new(mirror, exec, AgentOptions::default());
+    let (reason, mirror) = agent
+        .run(
+            ctl_rx,
+            async move {
+                shutdown.recv().await;
+            },
+            &mut sink,
+        )
+        .await;
+    if let Some(p) = sink.progress.take() {
+        p.finish();
+    }
+    let s = mirror.status();
+    let _ = server.shutdown().await;
+    match reason {
+        StopReason::Shutdown => {
+            tracing::info!(watermark = s.last_applied_revision, "stopped");
+            Ok(ExitCode::SUCCESS)
+        }
+        StopReason::Drained => {
+            tracing::info!(
+                watermark = s.last_applied_revision,
+                "drained; the target is now primary"
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        StopReason::Failed { kind, message } => {
+            tracing::error!(kind = kind.name(), %message, "mirror failed");
+            eprintln!("tidemark-mirror: failed ({}): {message}", kind.name());
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&a.cfg)?;
+    let exec = Executor::from_config(&config)?;
+    let key = config.checkpoint_key();
+    let reply = exec
+        .run(Command::Range(RangeRequest {
+            cluster: Cluster::Target,
+            key: key.clone(),
+            range_end: Vec::new(),
+            revision: 0,
+            limit: 0,
+            count_only: false,
+            keys_only: false,
+            sort: SortBy::Key,
+        }))
+        .await
+        .map_err(|f| anyhow::anyhow!("reading the checkpoint from the target: {f}"))?;
+    let Reply::Range(r) = reply else {
+        bail!("unexpected reply to a range read");
+    };
+    let Some(kv) = r.kvs.first() else {
+        eprintln!(
+            "no checkpoint at {:?} in the target (no agent has claimed this link yet)",
+            String::from_utf8_lossy(&key)
+        );
+        return Ok(ExitCode::from(3));
+    };
+    match Checkpoint::decode(&kv.value) {
+        Ok(c) => {
+            let mut v = serde_json::to_value(&c)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("targetModRevision".into(), kv.mod_revision.into());
+            }
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!(
+                "checkpoint at {:?} is invalid (the mirror fails closed on it): {e}",
+                String::from_utf8_lossy(&key)
+            );
+            Ok(ExitCode::from(1))
+        }
+    }
+}
