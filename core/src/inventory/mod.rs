@@ -11,6 +11,34 @@
 //! [`decision`] (the recovery-decision annotation), [`timestamp`] (RFC 3339).
 //! Sans-IO state machines the kube driver runs: [`recorder::Recorder`] and
 //! [`recovery::Recovery`], both speaking [`kube::Command`] / [`kube::Reply`].
+//!
+//! Per Composition and new synthesis UUID the controller runs [`Recovery`] first (it
+//! writes the `tidemark.dev/recovery-decision` annotation), then [`Recorder`] (which refuses
+//! until that decision is finished). Both are driven the same way:
+//!
+//! ```
+//! use tidemark_core::inventory::*;
+//! use tidemark_core::Instant;
+//!
+//! // A driver executes each command against Kubernetes; here every GET finds nothing.
+//! fn execute(_cmd: &Command) -> Result<Reply, KubeError> {
+//!     Err(KubeError::NotFound)
+//! }
+//!
+//! let mut m = Recorder::new(RecorderConfig::default(), "ns", "comp");
+//! let now = Instant::from_nanos(0);
+//! let outcome = loop {
+//!     match m.poll_output(now) {
+//!         Output::Command { id, cmd } => {
+//!             let result = execute(&cmd);
+//!             m.handle_input(now, Input::Done { id, result });
+//!         }
+//!         Output::Timeout(_) => unreachable!("this driver answers synchronously"),
+//!         Output::Stopped(outcome) => break outcome,
+//!     }
+//! };
+//! assert!(matches!(outcome, RecordOutcome::NotEligible(Ineligible::NotFound)));
+//! ```
 
 pub mod chunk;
 pub mod decision;
@@ -35,7 +63,7 @@ pub use lineage::{default_lineage, lineage_conflicts, lineage_of};
 pub use recorder::{RecordOutcome, Recorder, RecorderConfig, RecorderStatus};
 pub use recovery::{Mode, Recovery, RecoveryConfig, RecoveryOutcome, RecoveryStatus};
 pub use secret::{build_snapshot_secrets, Secret, SnapshotSource};
-pub use select::{select, select_with_limit, Invalid, Reason, Selection, Snapshot};
+pub use select::{lineages_in, select, select_with_limit, Invalid, Reason, Selection, Snapshot};
 pub use timestamp::Timestamp;
 pub use tombstone::{deletion_order, tombstones};
 pub use view::{CompositionView, ObjectView, SliceResource, SliceView, SynthesisView};

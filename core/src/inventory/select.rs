@@ -175,6 +175,17 @@ fn parse_index(s: &str) -> Option<usize> {
     s.parse().ok()
 }
 
+/// The lineages labelled on live Secrets, sorted; lets `inspect` pick the lineage when the
+/// operator did not name one (exactly one present) or list the choices.
+pub fn lineages_in(secrets: &[Secret]) -> Vec<String> {
+    let set: std::collections::BTreeSet<&String> = secrets
+        .iter()
+        .filter(|s| !s.terminating)
+        .filter_map(|s| s.labels.get(LABEL_LINEAGE))
+        .collect();
+    set.into_iter().cloned().collect()
+}
+
 /// [`select_with_limit`] with the 1 MiB Secret limit.
 pub fn select(secrets: &[Secret], lineage: &str) -> Selection {
     select_with_limit(secrets, lineage, DEFAULT_CHUNK_LIMIT)
@@ -521,6 +532,19 @@ mod tests {
         assert_eq!(j["synthesized"], "2026-12-02T14:00:00.500000000Z");
         assert_eq!(j["tombstones"][0]["name"], "t-0000");
         assert!(j["tombstones"][0].get("labels").is_none());
+    }
+
+    #[test]
+    fn lists_lineages() {
+        let mut s = snap("a", T1, "comp", &entries(1, "x"), 1000);
+        let mut other = s[0].clone();
+        other.labels.insert(LABEL_LINEAGE.into(), "ffff".into());
+        let mut gone = s[0].clone();
+        gone.labels.insert(LABEL_LINEAGE.into(), "dead".into());
+        gone.terminating = true;
+        s.push(other);
+        s.push(gone);
+        assert_eq!(lineages_in(&s), ["ffff".to_string(), L.to_string()]);
     }
 
     #[test]
