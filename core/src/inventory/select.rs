@@ -544,7 +544,7 @@ mod tests {
         gone.terminating = true;
         s.push(other);
         s.push(gone);
-        assert_eq!(lineages_in(&s), ["ffff".to_string(), L.to_string()]);
+        assert_eq!(lineages_in(&s), [L.to_string(), "ffff".to_string()]);
     }
 
     #[test]
