@@ -153,6 +153,53 @@ pub fn inspect(
     Ok(selection.inspect_json(Some(&t)))
 }
 
+/// Key order of `inspect` output: the order operators read it in (serde_json's maps sort).
+const KEY_ORDER: [&str; 15] = [
+    "outcome",
+    "reason",
+    "lineage",
+    "synthesisUUID",
+    "synthesized",
+    "compositionName",
+    "chunks",
+    "entries",
+    "detail",
+    "tombstones",
+    "group",
+    "version",
+    "kind",
+    "namespace",
+    "name",
+];
+
+/// Compact JSON with known keys in [`KEY_ORDER`] and any others after them, sorted.
+pub fn to_ordered_json(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_by_key(|k| {
+                (
+                    KEY_ORDER
+                        .iter()
+                        .position(|o| o == k)
+                        .unwrap_or(KEY_ORDER.len()),
+                    (*k).clone(),
+                )
+            });
+            let parts: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), to_ordered_json(&m[k])))
+                .collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(a) => {
+            let parts: Vec<String> = a.iter().map(to_ordered_json).collect();
+            format!("[{}]", parts.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +216,14 @@ mod tests {
         assert_eq!(parse_objects(multi, "f").unwrap().len(), 2);
         assert!(parse_objects("{ nope: [", "f").is_err());
         assert!(secrets_from("", "f").unwrap().is_empty());
+    }
+
+    #[test]
+    fn ordered_output() {
+        let v = serde_json::json!({"entries": 1, "outcome": "selected", "zzz": [{"name": "n", "group": ""}]});
+        assert_eq!(
+            to_ordered_json(&v),
+            r#"{"outcome":"selected","entries":1,"zzz":[{"group":"","name":"n"}]}"#
+        );
     }
 }

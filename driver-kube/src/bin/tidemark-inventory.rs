@@ -20,7 +20,7 @@ use tidemark_runtime::{logging, Admin, AdminArgs, LogFormat, Shutdown};
 /// downstream cluster, and on recovery selects the newest complete snapshot of a lineage and
 /// deletes the resources the current synthesis no longer has.
 #[derive(Debug, Parser)]
-#[command(name = "tidemark-inventory", version, about, long_about = None)]
+#[command(name = "tidemark-inventory", version)]
 struct Cli {
     #[command(flatten)]
     global: Global,
@@ -327,7 +327,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 lineage.as_deref(),
                 slices.as_ref().map_or("", |(_, p)| p.as_str()),
             )?;
-            println!("{}", serde_json::to_string(&out)?);
+            println!("{}", inspect::to_ordered_json(&out));
             Ok(ExitCode::SUCCESS)
         }
         Command::Recover {
