@@ -589,3 +589,20 @@ fn too_large_entry_stops() {
     r.preamble(1);
     assert!(matches!(r.stopped(), RecordOutcome::TooLarge { .. }));
 }
+
+#[test]
+fn identical_but_terminating_chunk_is_not_counted_as_recorded() {
+    let mut r = Run::new(RecorderConfig::default());
+    r.preamble(1);
+    let w = wanted(1, DEFAULT_CHUNK_LIMIT);
+    let mut existing = stored(w[0].clone(), "7");
+    existing.terminating = true;
+    r.get_secret(&w[0].name, Ok(Reply::Secret(existing)));
+    assert!(matches!(
+        r.stopped(),
+        RecordOutcome::Failed {
+            retryable: true,
+            ..
+        }
+    ));
+}

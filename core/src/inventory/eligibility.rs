@@ -128,3 +128,68 @@ pub fn check_recording(
         _ => Err(Ineligible::DecisionPending),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::decision::Outcome;
+    use crate::inventory::timestamp::Timestamp;
+    use crate::inventory::view::SynthesisView;
+
+    fn comp() -> CompositionView {
+        CompositionView {
+            namespace: "ns".into(),
+            name: "c".into(),
+            labels: BTreeMap::from([("team".to_string(), "a".to_string())]),
+            annotations: BTreeMap::from([(ANN_RECOVERY_ENABLED.to_string(), "true".to_string())]),
+            current_synthesis: Some(SynthesisView {
+                uuid: "u".into(),
+                synthesized: Some(Timestamp::from_unix_secs(1)),
+                ready: true,
+                resource_slice_names: vec![],
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn scope_and_decisions() {
+        let c = comp();
+        let scope = |ns: Option<&str>, l: &[(&str, &str)]| Scope {
+            namespace: ns.map(str::to_string),
+            match_labels: l
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        assert!(scope(None, &[]).contains(&c));
+        assert!(scope(Some("ns"), &[("team", "a")]).contains(&c));
+        assert!(!scope(Some("other"), &[]).contains(&c));
+        assert!(!scope(None, &[("team", "b")]).contains(&c));
+        assert_eq!(check_common(true, &Scope::default(), &c), Ok(()));
+        assert_eq!(
+            check_recording(true, &Scope::default(), &c),
+            Err(Ineligible::DecisionPending)
+        );
+        let mut d = c.clone();
+        d.annotations
+            .insert(DECISION_ANNOTATION.into(), "garbage".into());
+        assert_eq!(current_decision(&d), None);
+        let dec = Decision {
+            synthesis_uuid: "u".into(),
+            outcome: Outcome::InventoryNotFound,
+            time: Timestamp::from_unix_secs(2),
+        };
+        d.annotations
+            .insert(DECISION_ANNOTATION.into(), dec.to_json());
+        assert_eq!(current_decision(&d), Some(dec));
+        assert_eq!(check_recording(true, &Scope::default(), &d), Ok(()));
+        let mut e = c;
+        e.annotations
+            .insert(ANN_RECOVERY_ENABLED.into(), "True".into());
+        assert_eq!(
+            check_common(true, &Scope::default(), &e),
+            Err(Ineligible::NotOptedIn)
+        );
+    }
+}

@@ -146,3 +146,36 @@ pub enum Output<S> {
     /// Terminal; polling again returns the same.
     Stopped(S),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_http_status() {
+        assert_eq!(KubeError::from_status(404, "x"), KubeError::NotFound);
+        assert!(matches!(
+            KubeError::from_status(409, "x"),
+            KubeError::Conflict(_)
+        ));
+        assert!(matches!(
+            KubeError::from_status(422, "x"),
+            KubeError::Invalid(_)
+        ));
+        assert!(matches!(
+            KubeError::from_status(410, "x"),
+            KubeError::Gone(_)
+        ));
+        assert!(matches!(
+            KubeError::from_status(403, "x"),
+            KubeError::Forbidden(_)
+        ));
+        assert!(KubeError::from_status(503, "x").is_retryable());
+        assert!(KubeError::from_status(429, "x").is_retryable());
+        assert!(!KubeError::from_status(422, "x").is_retryable());
+        assert!(matches!(
+            KubeError::from_status(418, "x"),
+            KubeError::Other(_)
+        ));
+    }
+}

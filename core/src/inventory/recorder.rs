@@ -447,10 +447,6 @@ impl Recorder {
             self.pending_write = Some(Command::CreateSecret(wanted));
             return self.read_composition(Step::Recheck);
         };
-        if existing.holds(&wanted) {
-            self.status.unchanged += 1;
-            return self.advance();
-        }
         let blocked = |detail: String| RecordOutcome::Blocked {
             secret: existing.name.clone(),
             detail,
@@ -461,6 +457,11 @@ impl Recorder {
                 error: None,
                 retryable: true,
             });
+        }
+        // Terminating Secrets were checked first: an identical one is about to disappear.
+        if existing.holds(&wanted) {
+            self.status.unchanged += 1;
+            return self.advance();
         }
         if existing.labels.get(LABEL_LINEAGE) != Some(&self.lineage) {
             return self.stop(blocked(format!(
