@@ -7,7 +7,7 @@
 //! and never including something the current synthesis still wants.
 //!
 //! Pure pieces: [`entry`] (identities from manifests), [`lineage`], [`chunk`], [`secret`]
-//! (building a snapshot's Secrets), [`select`] (choosing a snapshot), [`tombstone`],
+//! (building a snapshot's Secrets), [`select`](mod@select) (choosing a snapshot), [`tombstone`],
 //! [`decision`] (the recovery-decision annotation), [`timestamp`] (RFC 3339).
 //! Sans-IO state machines the kube driver runs: [`recorder::Recorder`] and
 //! [`recovery::Recovery`], both speaking [`kube::Command`] / [`kube::Reply`].
