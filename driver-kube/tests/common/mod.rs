@@ -71,3 +71,88 @@ pub fn api_err(e: &kube::Error) -> (u16, String) {
         other => panic!("expected an API error, got {other:?}"),
     }
 }
+
+/// A kubeconfig file for the binary: the real one, or one written for the server.
+pub fn kubeconfig_file(env: &Env) -> std::path::PathBuf {
+    match &env.server {
+        Some(server) => {
+            let p = std::env::temp_dir().join(format!("tidemark-kubeconfig-{}.yaml", env.prefix));
+            std::fs::write(&p, server.kubeconfig_yaml()).expect("write kubeconfig");
+            p
+        }
+        None => std::env::var("TIDEMARK_TEST_KUBECONFIG")
+            .expect("TIDEMARK_TEST_KUBECONFIG")
+            .into(),
+    }
+}
+
+/// Where inventory Secrets go in tests: kube-system on the conformance server, the test
+/// namespace on a real cluster (so no kube-system write access is needed).
+pub fn secret_namespace(env: &Env) -> String {
+    if env.simulated() {
+        "kube-system".to_string()
+    } else {
+        env.ns.clone()
+    }
+}
+
+pub mod eno_objects {
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use serde_json::json;
+    use tidemark_kube::eno::{Composition, ResourceSlice};
+
+    /// A ConfigMap manifest as Eno keeps it in a slice, with optional annotations.
+    pub fn manifest(ns: &str, name: &str, annotations: &[(&str, &str)]) -> serde_json::Value {
+        let ann: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        json!({"manifest": json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "annotations": ann}}).to_string()})
+    }
+
+    /// Creates a ResourceSlice holding `resources`.
+    pub async fn slice(
+        api: &Api<ResourceSlice>,
+        name: &str,
+        uuid: &str,
+        resources: Vec<serde_json::Value>,
+    ) {
+        let s: ResourceSlice = serde_json::from_value(json!({
+            "apiVersion": "eno.azure.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {"synthesisUUID": uuid, "resources": resources}
+        }))
+        .expect("slice json");
+        api.create(&PostParams::default(), &s)
+            .await
+            .expect("create slice");
+    }
+
+    /// Creates an opted-in Composition of `synthesizer` whose current synthesis is Ready.
+    pub async fn composition(
+        api: &Api<Composition>,
+        name: &str,
+        synthesizer: &str,
+        uuid: &str,
+        synthesized: &str,
+        slice: &str,
+    ) {
+        let c: Composition = serde_json::from_value(json!({
+            "apiVersion": "eno.azure.io/v1", "kind": "Composition",
+            "metadata": {"name": name, "annotations": {"eno.azure.io/recovery-enabled": "true"}},
+            "spec": {"synthesizer": {"name": synthesizer}}
+        }))
+        .expect("composition json");
+        api.create(&PostParams::default(), &c)
+            .await
+            .expect("create composition");
+        let status = json!({"status": {"currentSynthesis": {
+            "uuid": uuid, "observedCompositionGeneration": 1,
+            "synthesized": synthesized, "reconciled": synthesized, "ready": synthesized,
+            "resourceSlices": [{"name": slice}]}}});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("composition status");
+    }
+}
