@@ -264,3 +264,199 @@ proptest! {
         }
     }
 }
+
+/// A whole cluster for the end-to-end flow: Compositions, slices, Secrets, downstream objects.
+#[derive(Default)]
+struct Cluster {
+    comps: BTreeMap<String, CompositionView>,
+    slices: BTreeMap<String, SliceView>,
+    store: Store,
+    objects: BTreeMap<ResourceId, ObjectView>,
+    deleted: Vec<ResourceId>,
+}
+
+impl Cluster {
+    fn exec(&mut self, cmd: Command) -> Result<Reply, KubeError> {
+        match cmd {
+            Command::GetComposition { name, .. } => self
+                .comps
+                .get(&name)
+                .cloned()
+                .map(Reply::Composition)
+                .ok_or(KubeError::NotFound),
+            Command::ListCompositions { .. } => {
+                Ok(Reply::Compositions(self.comps.values().cloned().collect()))
+            }
+            Command::ListResourceSlices { names, .. } => Ok(Reply::Slices(
+                names
+                    .iter()
+                    .filter_map(|n| self.slices.get(n).cloned())
+                    .collect(),
+            )),
+            Command::ListSecrets { label_selector, .. } => {
+                let (k, v) = label_selector.split_once('=').unwrap();
+                Ok(Reply::Secrets(
+                    self.store
+                        .all()
+                        .into_iter()
+                        .filter(|s| s.labels.get(k).map(String::as_str) == Some(v))
+                        .collect(),
+                ))
+            }
+            Command::PatchCompositionAnnotation {
+                name,
+                key,
+                value,
+                resource_version,
+                ..
+            } => {
+                let rv = self.store.bump();
+                let c = self.comps.get_mut(&name).ok_or(KubeError::NotFound)?;
+                if c.resource_version != resource_version {
+                    return Err(KubeError::Conflict("stale".into()));
+                }
+                c.annotations.insert(key, value);
+                c.resource_version = rv;
+                Ok(Reply::Composition(c.clone()))
+            }
+            Command::GetResource { id } => self
+                .objects
+                .get(&id)
+                .cloned()
+                .map(Reply::Object)
+                .ok_or(KubeError::NotFound),
+            Command::DeleteResource { id, uid } => match self.objects.get(&id) {
+                Some(o) if o.uid != uid => Err(KubeError::Conflict("uid".into())),
+                Some(_) => {
+                    self.objects.remove(&id);
+                    self.deleted.push(id);
+                    Ok(Reply::Deleted)
+                }
+                None => Err(KubeError::NotFound),
+            },
+            other => {
+                let comp = self.comps.values().next().cloned().unwrap_or_default();
+                self.store.exec(&comp, &[], other)
+            }
+        }
+    }
+
+    fn run_recorder(&mut self, name: &str) -> RecordOutcome {
+        let mut m = Recorder::new(RecorderConfig::default(), "ns", name);
+        let now = Instant::from_nanos(0);
+        loop {
+            match m.poll_output(now) {
+                Output::Command { id, cmd } => {
+                    let result = self.exec(cmd);
+                    m.handle_input(now, Input::Done { id, result });
+                }
+                Output::Stopped(o) => return o,
+                Output::Timeout(_) => panic!("synchronous"),
+            }
+        }
+    }
+
+    fn run_recovery(&mut self, name: &str, mode: Mode) -> RecoveryOutcome {
+        let cfg = RecoveryConfig {
+            mode,
+            ..RecoveryConfig::default()
+        };
+        let mut m = Recovery::new(cfg, "ns", name, ts("2026-12-02T16:00:00Z"));
+        let now = Instant::from_nanos(0);
+        loop {
+            match m.poll_output(now) {
+                Output::Command { id, cmd } => {
+                    let result = self.exec(cmd);
+                    m.handle_input(now, Input::Done { id, result });
+                }
+                Output::Stopped(o) => return o,
+                Output::Timeout(_) => panic!("synchronous"),
+            }
+        }
+    }
+}
+
+fn cm_id(name: &str) -> ResourceId {
+    ResourceId {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("app".into()),
+        name: name.into(),
+    }
+}
+
+#[test]
+fn recreated_composition_recovers_then_records() {
+    let mut k = Cluster::default();
+    // Old Composition "comp", synthesis s1 with 5 ConfigMaps, recorded after its decision.
+    let mut old = comp("s1", "2026-12-02T14:00:00Z", "s1");
+    old.annotations.remove(DECISION_ANNOTATION);
+    k.slices.insert("s1".into(), slice("s1", 5, "cm"));
+    k.comps.insert("comp".into(), old);
+    assert!(matches!(
+        k.run_recorder("comp"),
+        RecordOutcome::NotEligible(Ineligible::DecisionPending)
+    ));
+    assert!(matches!(
+        k.run_recovery("comp", Mode::Apply),
+        RecoveryOutcome::Decided { written: true, .. }
+    ));
+    assert!(matches!(
+        k.run_recorder("comp"),
+        RecordOutcome::Recorded { entries: 5, .. }
+    ));
+    for i in 0..5 {
+        let name = format!("cm-{i:03}");
+        let ann = if i == 4 {
+            BTreeMap::from([(ANN_DELETION_STRATEGY.to_string(), "orphan".to_string())])
+        } else {
+            BTreeMap::new()
+        };
+        k.objects.insert(
+            cm_id(&name),
+            ObjectView {
+                uid: format!("uid-{i}"),
+                annotations: ann,
+                terminating: false,
+            },
+        );
+    }
+
+    // Deleted and re-created as "comp2"; its first synthesis lacks cm-002..cm-004.
+    k.comps.remove("comp");
+    let mut new = comp("n1", "2026-12-02T15:00:00Z", "n1");
+    new.name = "comp2".into();
+    new.uid = "u2".into();
+    new.annotations.remove(DECISION_ANNOTATION);
+    k.slices.insert("n1".into(), slice("n1", 2, "cm"));
+    k.comps.insert("comp2".into(), new);
+
+    match k.run_recovery("comp2", Mode::Apply) {
+        RecoveryOutcome::Decided {
+            decision,
+            written: true,
+            ..
+        } => assert_eq!(decision.outcome, Outcome::Applied(3)),
+        o => panic!("{o:?}"),
+    }
+    // Exactly the two non-orphan tombstones went; the orphan and the wanted ones stay.
+    assert_eq!(k.deleted, vec![cm_id("cm-002"), cm_id("cm-003")]);
+    assert!(k.objects.contains_key(&cm_id("cm-004")));
+    assert!(k.objects.contains_key(&cm_id("cm-000")));
+
+    // Now recording proceeds and supersedes the old snapshot.
+    assert!(matches!(
+        k.run_recorder("comp2"),
+        RecordOutcome::Recorded { entries: 2, .. }
+    ));
+    match select(&k.store.all(), &lineage()) {
+        Selection::Selected(s) => assert_eq!(s.composition_name, "comp2"),
+        o => panic!("{o:?}"),
+    }
+    // A second recovery pass is a no-op.
+    assert!(matches!(
+        k.run_recovery("comp2", Mode::Apply),
+        RecoveryOutcome::AlreadyDecided(_)
+    ));
+}
