@@ -7,6 +7,8 @@
 //! where it fails.
 #![allow(dead_code)]
 
+pub mod agent;
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -213,6 +215,12 @@ impl Etcd {
             "etcd restart failed:\n{}",
             self.log()
         );
+    }
+
+    /// Restarts with edited flags (e.g. a larger quota), same data dir and ports.
+    pub async fn restart_with(&mut self, edit: impl FnOnce(&mut Vec<String>)) {
+        edit(&mut self.args);
+        self.restart().await;
     }
 
     /// A plain etcd-client for test setup and checks.
