@@ -8,6 +8,7 @@
 //! `tidemark-kube` serves the same model over HTTP to a real `kube::Client`, so one model backs
 //! both uses. Time is an argument ([`Instant`] read as nanoseconds since the Unix epoch).
 
+pub mod inventory;
 pub mod selector;
 
 use serde_json::{json, Map, Value};
@@ -386,6 +387,19 @@ impl ApiServer {
     /// Drops all pending faults.
     pub fn clear_faults(&mut self) {
         self.faults.clear();
+    }
+
+    /// Sets pending faults aside, for environment writes (Eno, an operator) that must not
+    /// consume faults meant for the system under test; give them back with
+    /// [`ApiServer::restore_faults`].
+    pub fn take_faults(&mut self) -> VecDeque<Fault> {
+        std::mem::take(&mut self.faults)
+    }
+
+    /// Puts faults taken with [`ApiServer::take_faults`] back in front of any queued since.
+    pub fn restore_faults(&mut self, mut faults: VecDeque<Fault>) {
+        faults.append(&mut self.faults);
+        self.faults = faults;
     }
 
     /// Pending faults, for assertions.
