@@ -197,21 +197,14 @@ impl Controller {
         shutdown: impl Future<Output = ()>,
         mut on_tick: impl FnMut(&ControllerStats),
     ) -> ControllerStats {
-        let api: Api<DynamicObject> = Api::namespaced_with(
-            self.exec.clusters().eno.clone(),
-            &self.cfg.namespace,
-            &composition_resource(),
-        );
-        let mut wc = watcher::Config::default();
-        if let Some(sel) = self.cfg.label_selector() {
-            wc = wc.labels(&sel);
-        }
-        let mut stream = watcher::watcher(api, wc).boxed();
+        let mut stream = watcher::watcher(self.composition_api(), self.watch_config()).boxed();
         tokio::pin!(shutdown);
         let mut queue: BTreeMap<(String, String), tokio::time::Instant> = BTreeMap::new();
         let mut known: BTreeSet<(String, String)> = BTreeSet::new();
         let mut resync = tokio::time::interval(self.cfg.resync);
         resync.tick().await;
+        // Liveness for /healthz even when nothing changes.
+        let mut heartbeat = tokio::time::interval(Duration::from_secs(10));
         loop {
             let next_due = queue.values().min().copied();
             tokio::select! {
@@ -244,14 +237,12 @@ impl Controller {
                         Some(Err(e)) => tracing::warn!(error = %e, "composition watch error; retrying"),
                         None => {
                             tracing::warn!("composition watch ended; restarting");
-                            stream = watcher::watcher(
-                                Api::namespaced_with(self.exec.clusters().eno.clone(), &self.cfg.namespace, &composition_resource()),
-                                watcher::Config::default(),
-                            ).boxed();
+                            stream = watcher::watcher(self.composition_api(), self.watch_config()).boxed();
                         }
                     }
                     on_tick(&self.stats);
                 }
+                _ = heartbeat.tick() => on_tick(&self.stats),
                 _ = resync.tick() => {
                     for key in &known {
                         let at = self.not_before(key);
@@ -288,6 +279,21 @@ impl Controller {
             }
         }
         self.stats
+    }
+
+    fn composition_api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.exec.clusters().eno.clone(),
+            &self.cfg.namespace,
+            &composition_resource(),
+        )
+    }
+
+    fn watch_config(&self) -> watcher::Config {
+        match self.cfg.label_selector() {
+            Some(sel) => watcher::Config::default().labels(&sel),
+            None => watcher::Config::default(),
+        }
     }
 
     fn not_before(&self, key: &(String, String)) -> tokio::time::Instant {

@@ -219,3 +219,202 @@ async fn recreated_composition_recovers_then_records() {
         cms.delete(n, &DeleteParams::default()).await.unwrap();
     }
 }
+
+fn event_reasons(env: &Env) -> Vec<(String, String)> {
+    let Some(server) = env.server.as_ref() else {
+        return Vec::new();
+    };
+    server.with_api(|api, _| {
+        api.all(&tidemark_kube::conformance::Gvr::new(
+            "events.k8s.io",
+            "v1",
+            "events",
+        ))
+        .iter()
+        .map(|e| {
+            (
+                e["regarding"]["name"].as_str().unwrap_or("").to_string(),
+                e["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+    })
+}
+
+fn start_controller(
+    env: &Env,
+    mode: tidemark_core::inventory::Mode,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<tidemark_kube::controller::ControllerStats>,
+) {
+    let cfg = ControllerConfig {
+        namespace: env.ns.clone(),
+        secret_namespace: common::secret_namespace(env),
+        recovery_mode: mode,
+        min_interval: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(500),
+        ..ControllerConfig::default()
+    };
+    let exec = Executor::new(Clusters {
+        eno: env.client.clone(),
+        downstream: env.client.clone(),
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let h = tokio::spawn(Controller::new(cfg, exec).run(
+        async move {
+            let _ = rx.await;
+        },
+        |_| {},
+    ));
+    (tx, h)
+}
+
+#[tokio::test]
+async fn plan_mode_waits_for_the_operator() {
+    use common::eno_objects;
+    use tidemark_core::inventory::Mode;
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
+    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+    let secrets: Api<K8sSecret> =
+        Api::namespaced(env.client.clone(), &common::secret_namespace(&env));
+    let synth = env.name("plan-synth");
+    let lineage = default_lineage(&ns, &synth);
+    let names: Vec<String> = ["x", "y"]
+        .iter()
+        .map(|n| env.name(&format!("cm-{n}")))
+        .collect();
+    for n in &names {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(n.clone());
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let (stop, h) = start_controller(&env, Mode::Plan);
+
+    let (c1, s1) = (env.name("p1"), env.name("p1-slice"));
+    let all: Vec<_> = names
+        .iter()
+        .map(|n| eno_objects::manifest(&ns, n, &[]))
+        .collect();
+    eno_objects::slice(&slices, &s1, "uuid-p1", all.clone()).await;
+    eno_objects::composition(&comps, &c1, &synth, "uuid-p1", "2026-03-01T00:00:00Z", &s1).await;
+    wait_for("the first snapshot", || async {
+        matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
+                 Selection::Selected(s) if s.synthesis_uuid == "uuid-p1")
+    })
+    .await;
+
+    comps.delete(&c1, &DeleteParams::default()).await.unwrap();
+    slices.delete(&s1, &DeleteParams::default()).await.unwrap();
+    let (c2, s2) = (env.name("p2"), env.name("p2-slice"));
+    eno_objects::slice(&slices, &s2, "uuid-p2", all[..1].to_vec()).await;
+    eno_objects::composition(&comps, &c2, &synth, "uuid-p2", "2026-03-02T00:00:00Z", &s2).await;
+
+    // Planned(1): nothing deleted, and recording waits.
+    wait_for("the plan", || async {
+        comps
+            .get(&c2)
+            .await
+            .ok()
+            .and_then(|c| c.annotation(DECISION_ANNOTATION).map(str::to_string))
+            .and_then(|a| Decision::parse(&a).ok())
+            .is_some_and(|d| d.outcome == Outcome::Planned(1))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(cms.get_opt(&names[1]).await.unwrap().is_some());
+    assert!(
+        matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
+                     Selection::Selected(s) if s.synthesis_uuid == "uuid-p1")
+    );
+
+    // The operator applies; the running controller then records.
+    let exec = Executor::new(Clusters {
+        eno: env.client.clone(),
+        downstream: env.client.clone(),
+    });
+    let cfg = ControllerConfig {
+        namespace: ns.clone(),
+        secret_namespace: common::secret_namespace(&env),
+        ..ControllerConfig::default()
+    };
+    let out = tidemark_kube::ops::recover_once(&exec, &cfg, &ns, &c2, Mode::Apply).await;
+    assert!(tidemark_kube::ops::recovery_succeeded(&out), "{out:?}");
+    assert!(cms.get_opt(&names[1]).await.unwrap().is_none());
+    wait_for("the new snapshot", || async {
+        matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
+                 Selection::Selected(s) if s.synthesis_uuid == "uuid-p2")
+    })
+    .await;
+    if env.simulated() {
+        assert!(event_reasons(&env).contains(&(c2.clone(), "RecoveryPlanned".into())));
+    }
+    let _ = stop.send(());
+    h.await.unwrap();
+    cms.delete(&names[0], &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn two_live_compositions_of_one_lineage_conflict() {
+    use common::eno_objects;
+    use tidemark_core::inventory::{Mode, Reason};
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
+    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
+    let secrets: Api<K8sSecret> =
+        Api::namespaced(env.client.clone(), &common::secret_namespace(&env));
+    let synth = env.name("shared-synth");
+    let lineage = default_lineage(&ns, &synth);
+    let (stop, h) = start_controller(&env, Mode::Apply);
+    let m = vec![eno_objects::manifest(&ns, &env.name("cm-z"), &[])];
+    let pairs = [
+        (env.name("twin-a"), "uuid-ta"),
+        (env.name("twin-b"), "uuid-tb"),
+    ];
+    for (c, u) in &pairs {
+        let s = format!("{c}-slice");
+        eno_objects::slice(&slices, &s, u, m.clone()).await;
+        eno_objects::composition(&comps, c, &synth, u, "2026-04-01T00:00:00Z", &s).await;
+    }
+    for (c, _) in &pairs {
+        wait_for("a LineageConflict decision", || async {
+            comps
+                .get(c)
+                .await
+                .ok()
+                .and_then(|c| c.annotation(DECISION_ANNOTATION).map(str::to_string))
+                .and_then(|a| Decision::parse(&a).ok())
+                .is_some_and(|d| d.outcome == Outcome::InventoryInvalid(Reason::LineageConflict))
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lineage_secrets(&secrets, &lineage).await.is_empty(),
+        "nothing recorded"
+    );
+    if env.simulated() {
+        let reasons = event_reasons(&env);
+        for (c, _) in &pairs {
+            assert!(
+                reasons.contains(&(c.clone(), "LineageConflict".into())),
+                "{reasons:?}"
+            );
+        }
+    }
+    let _ = stop.send(());
+    h.await.unwrap();
+    for (c, _) in &pairs {
+        comps.delete(c, &DeleteParams::default()).await.unwrap();
+        slices
+            .delete(&format!("{c}-slice"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+}
