@@ -98,6 +98,11 @@ async fn controller_process_records_and_stops_on_sigterm() {
     assert!(recorded, "the controller process recorded the Composition");
     let status = http_get(port, "/statusz").expect("statusz");
     assert!(status.contains("reconciles"), "{status}");
+    let metrics = http_get(port, "/metrics").expect("metrics");
+    assert!(
+        metrics.contains("tidemark_inventory_reconciles_total"),
+        "{metrics}"
+    );
 
     // SIGTERM: clean exit.
     let pid = child.id().to_string();

@@ -4,6 +4,8 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::Deserialize;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -11,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tidemark_core::inventory::Mode;
-use tidemark_kube::controller::{Controller, ControllerConfig};
+use tidemark_kube::controller::{Controller, ControllerConfig, ControllerStats};
 use tidemark_kube::exec::{Clusters, Executor};
 use tidemark_kube::{inspect, ops};
 use tidemark_runtime::{logging, Admin, AdminArgs, LogFormat, Shutdown};
@@ -392,6 +394,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 recovery = ?r.cfg.recovery_mode,
                 "controller starting"
             );
+            let mut metrics = Metrics::register(&handle);
             handle.set_ready();
             let controller = Controller::new(r.cfg.clone(), r.exec);
             let h = handle.clone();
@@ -401,6 +404,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             };
             let stats = controller
                 .run(stop, move |s| {
+                    metrics.update(s);
                     h.heartbeat();
                     h.set_status(json!({"phase": "Watching", "stats": s}));
                 })
@@ -413,6 +417,71 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             tracing::info!(?stats, "controller stopped");
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// The controller's Prometheus metrics, mirrored from its counters.
+struct Metrics {
+    reconciles: Counter,
+    decisions: Counter,
+    recorded: Counter,
+    failures: Counter,
+    compositions: Gauge,
+    last: ControllerStats,
+}
+
+impl Metrics {
+    fn register(handle: &tidemark_runtime::AdminHandle) -> Metrics {
+        let m = Metrics {
+            reconciles: Counter::default(),
+            decisions: Counter::default(),
+            recorded: Counter::default(),
+            failures: Counter::default(),
+            compositions: Gauge::default(),
+            last: ControllerStats::default(),
+        };
+        handle.with_registry(|r| {
+            r.register(
+                "tidemark_inventory_reconciles",
+                "Composition reconciles run",
+                m.reconciles.clone(),
+            );
+            r.register(
+                "tidemark_inventory_decisions",
+                "Recovery decisions written",
+                m.decisions.clone(),
+            );
+            r.register(
+                "tidemark_inventory_recorded",
+                "Snapshots recorded (at least one Secret written)",
+                m.recorded.clone(),
+            );
+            r.register(
+                "tidemark_inventory_reconcile_failures",
+                "Reconciles requeued after a failure",
+                m.failures.clone(),
+            );
+            r.register(
+                "tidemark_inventory_compositions",
+                "Compositions known from the watch",
+                m.compositions.clone(),
+            );
+        });
+        m
+    }
+
+    fn update(&mut self, s: &ControllerStats) {
+        self.reconciles
+            .inc_by(s.reconciles.saturating_sub(self.last.reconciles));
+        self.decisions
+            .inc_by(s.decisions.saturating_sub(self.last.decisions));
+        self.recorded
+            .inc_by(s.recorded.saturating_sub(self.last.recorded));
+        self.failures
+            .inc_by(s.failures.saturating_sub(self.last.failures));
+        self.compositions
+            .set(i64::try_from(s.compositions).unwrap_or(i64::MAX));
+        self.last = s.clone();
     }
 }
 
