@@ -1,2 +1,23 @@
-//! tidemark-sim (under construction).
+//! tidemark-sim: a deterministic simulator in the style of TigerBeetle's VOPR.
+//!
+//! It runs the real mirror core (or, to validate the checker, a test double) against model
+//! etcd clusters, a lossy network, crashing and duplicated agents and a seeded fault
+//! schedule, checks the safety invariants on every target write, and then demands
+//! convergence in a quiet liveness phase. Same schedule, same trace hash.
+
+pub mod agent;
 pub mod apiserver;
+pub mod core_adapter;
+pub mod coverage;
+pub mod invariants;
+pub mod model;
+pub mod oracle;
+pub mod reference;
+pub mod runner;
+pub mod schedule;
+pub mod trace;
+pub mod workload;
+pub mod world;
+
+pub use runner::{run, RunResult, SavedRun};
+pub use schedule::{FaultyMode, ReplicatorKind, Schedule};

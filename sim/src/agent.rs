@@ -1,0 +1,105 @@
+//! Agents as the simulator drives them: a replicator behind the core contract, plus what a
+//! process would lose on a crash.
+
+use crate::schedule::{Options, ReplicatorKind};
+use std::collections::BTreeSet;
+use std::time::Duration;
+use tidemark_core::mirror::{Input, Output, Status};
+use tidemark_core::{Instant, MirrorConfig};
+
+/// The core contract (DESIGN.md "The core contract"), so the simulator can drive the real
+/// mirror or its test double the same way.
+pub trait Replicator: std::fmt::Debug {
+    fn handle_input(&mut self, now: Instant, input: Input);
+    fn poll_output(&mut self, now: Instant) -> Output;
+    fn status(&self) -> &Status;
+}
+
+/// Builds a replicator of the kind the options ask for.
+pub fn build(
+    kind: ReplicatorKind,
+    cfg: MirrorConfig,
+    seed: u64,
+) -> Result<Box<dyn Replicator>, String> {
+    match kind {
+        ReplicatorKind::Reference => Ok(Box::new(crate::reference::RefReplicator::new(cfg, seed))),
+        ReplicatorKind::Core => crate::core_adapter::build(cfg, seed),
+    }
+}
+
+/// The link config of a run, in one of several variants that keep the link identity
+/// (prefixes) and change everything a restart may change.
+pub fn config_for(o: &Options, variant: u32) -> MirrorConfig {
+    let mut c = MirrorConfig::new("/app/", "/mirror/");
+    c.source.endpoint_list = vec!["http://source:2379".into()];
+    c.target.endpoint_list = vec!["http://target:2379".into()];
+    c.sync.dest_prefix = o.dest_prefix.clone();
+    c.sync.exclude_prefixes = o.exclude_prefixes.clone();
+    c.initial_sync.mode = o.initial_mode;
+    match variant % 6 {
+        0 => {}
+        1 => {
+            // Tiny pages and batches: many flushes, many cursors.
+            c.sync.page_key_limit = 7;
+            c.sync.page_bytes = 4096;
+            c.sync.max_txn_ops = 5;
+            c.sync.txn_flush_bytes = 2048;
+        }
+        2 => {
+            // The smallest replay buffer: overflows restart genesis.
+            c.sync.watch_buffer_bytes = 64 * 1024;
+            c.sync.page_key_limit = 50;
+        }
+        3 => {
+            c.sync.progress_interval = Duration::from_secs(5);
+            c.sync.reconnect_backoff.initial_delay = Duration::from_millis(200);
+            c.sync.reconnect_backoff.max_delay = Duration::from_secs(5);
+            c.sync.request_timeout = Duration::from_secs(2);
+        }
+        4 => {
+            c.sync.max_ops_per_second = 500;
+            c.sync.max_txn_ops = 64;
+        }
+        _ => {
+            c.reconciliation.enabled = true;
+            c.reconciliation.interval = Duration::from_secs(20);
+            c.reconciliation.delete_orphans = true;
+        }
+    }
+    c
+}
+
+/// One agent process slot; a crash bumps `incarnation` and replaces the replicator.
+#[derive(Debug)]
+pub struct Agent {
+    pub index: u32,
+    pub incarnation: u32,
+    pub replicator: Option<Box<dyn Replicator>>,
+    pub config: MirrorConfig,
+    /// The core's holder nonce once known (from status).
+    pub holder: String,
+    /// Watches the driver was asked to cancel: later events for them are dropped, as the
+    /// driver drops them once it closed the stream.
+    pub cancelled: BTreeSet<u64>,
+    /// Pending wake-up (time, generation); older generations are stale.
+    pub wake_gen: u64,
+    pub stopped: Option<tidemark_core::mirror::StopReason>,
+    /// When a restart is due (ns), for crashed agents.
+    pub restart_at: Option<u64>,
+    /// Twins stop (crash, not restart) at this time.
+    pub retire_at: Option<u64>,
+    /// Commands issued but not completed: (id, is a target Txn).
+    pub in_flight: BTreeSet<u64>,
+}
+
+impl Agent {
+    /// The connection id the model clusters know this incarnation by.
+    pub fn conn(&self) -> u64 {
+        (u64::from(self.index) << 32) | u64::from(self.incarnation)
+    }
+
+    /// Whether a replicator is running and has not stopped.
+    pub fn alive(&self) -> bool {
+        self.replicator.is_some() && self.stopped.is_none()
+    }
+}

@@ -1,0 +1,437 @@
+//! Safety invariants, checked on every target write, and the liveness (convergence) test.
+//!
+//! The target only changes through applied Txns, and `source@W` is immutable for a fixed W,
+//! so checking at every applied target write is checking at every step.
+//!
+//! Invariants (DESIGN.md "Checkpoint record", issue S1):
+//! - **(a) watermark**: whenever the fence has `split == null && scan == null`, the target
+//!   range (fence excluded) equals `rewrite(source@watermark)`, keys and values.
+//! - **(b) fencing**: every applied target write carries a fence put, and no commit lands
+//!   from a holder that lost the fence. A holder is *lost* once the fence was written by a
+//!   different holder after it (takeover by a twin or a restarted process).
+//! - **(c) monotonic watermark**: per link, the watermark of every fence written is at least
+//!   the highest *settled* watermark written before. A resync declares its reset with
+//!   `scan != null`: while a scan runs the watermark is not compared (the record may keep or
+//!   reset it), but the next settled watermark must again be at least the previous settled
+//!   one, because a resync starts from the current source revision. This is stricter than
+//!   "within one epoch line" and holds across epochs: a new process resumes from the record.
+//! - **(d) range**: every written key (and every deleted range) lies inside
+//!   `[target.prefix + destPrefix, prefix_end(..))`.
+//! - **(e) RequireEmpty**: an agent configured `RequireEmpty` never writes a data key while
+//!   the target range holds a key the mirror did not write (a foreign key).
+
+use crate::model::store::in_range;
+use crate::model::Store;
+use crate::oracle::{Fence, Oracle};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use tidemark_core::config::InitialSyncMode;
+use tidemark_core::etcd::TxnOp;
+use tidemark_core::mirror::Checkpoint;
+
+/// A broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Violation {
+    /// Short stable name, e.g. "a-watermark".
+    pub invariant: String,
+    /// Simulated time, nanoseconds.
+    pub at_ns: u64,
+    pub detail: String,
+}
+
+/// Who issued a target write.
+#[derive(Debug, Clone)]
+pub struct Issuer {
+    pub agent: u32,
+    pub incarnation: u32,
+    pub mode: InitialSyncMode,
+}
+
+/// The checker's memory of the link.
+#[derive(Debug, Clone)]
+pub struct Checker {
+    pub oracle: Oracle,
+    lost: BTreeSet<String>,
+    pub fence: Option<Fence>,
+    settled_watermark: i64,
+    foreign: BTreeSet<Vec<u8>>,
+    /// Full-range comparisons done (invariant (a)).
+    pub deep_checks: u64,
+    /// Incremental checks of invariant (a).
+    pub incremental_checks: u64,
+    /// The watermark of the last passed (a) check; None before the first (full) one.
+    checked_w: Option<i64>,
+    /// Target keys written since that check (they may now differ).
+    dirty: BTreeSet<Vec<u8>>,
+}
+
+fn v(invariant: &str, at_ns: u64, detail: String) -> Violation {
+    Violation {
+        invariant: invariant.into(),
+        at_ns,
+        detail,
+    }
+}
+
+fn show(k: &[u8]) -> String {
+    let s = String::from_utf8_lossy(k);
+    if s.len() > 80 {
+        format!("{}...", s.chars().take(80).collect::<String>())
+    } else {
+        s.into_owned()
+    }
+}
+
+impl Checker {
+    /// A checker for one link.
+    pub fn new(oracle: Oracle) -> Checker {
+        Checker {
+            oracle,
+            lost: BTreeSet::new(),
+            fence: None,
+            settled_watermark: 0,
+            foreign: BTreeSet::new(),
+            deep_checks: 0,
+            incremental_checks: 0,
+            checked_w: None,
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// Records a key written into the target by someone other than the mirror.
+    pub fn foreign_write(&mut self, key: &[u8]) {
+        if self.oracle.in_target_range(key) {
+            self.foreign.insert(key.to_vec());
+        }
+    }
+
+    /// Whether the target range holds keys the mirror did not write.
+    pub fn has_foreign(&self) -> bool {
+        !self.foreign.is_empty()
+    }
+
+    /// Checks one applied target Txn (the branch that ran wrote something). Call after the
+    /// store applied it.
+    pub fn on_commit(
+        &mut self,
+        now: u64,
+        who: &Issuer,
+        ops: &[TxnOp],
+        source: &Store,
+        target: &Store,
+    ) -> Result<(), Violation> {
+        let o = &self.oracle;
+        let (base, end) = o.target_range();
+        // (d) range.
+        for op in ops {
+            match op {
+                TxnOp::Put { key, .. } if !o.in_target_range(key) => {
+                    return Err(v(
+                        "d-range",
+                        now,
+                        format!("put outside the target range: {}", show(key)),
+                    ));
+                }
+                TxnOp::Delete { key, range_end } => {
+                    let ok = if range_end.is_empty() {
+                        o.in_target_range(key)
+                    } else {
+                        key.as_slice() >= base.as_slice()
+                            && range_end.as_slice() != [0]
+                            && (end == [0] || range_end.as_slice() <= end.as_slice())
+                    };
+                    if !ok {
+                        return Err(v(
+                            "d-range",
+                            now,
+                            format!(
+                                "delete outside the target range: [{}, {})",
+                                show(key),
+                                show(range_end)
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        // (b) fenced.
+        let fence_bytes = ops.iter().rev().find_map(|op| match op {
+            TxnOp::Put { key, value } if *key == o.fence_key => Some(value.clone()),
+            _ => None,
+        });
+        let Some(fence_bytes) = fence_bytes else {
+            return Err(v(
+                "b-fence",
+                now,
+                format!("agent {} committed a write without a fence put", who.agent),
+            ));
+        };
+        let Some(f) = Fence::parse(&fence_bytes) else {
+            return Err(v("b-fence", now, "fence record does not parse".into()));
+        };
+        if let Err(e) = Checkpoint::decode(&fence_bytes) {
+            return Err(v(
+                "b-fence",
+                now,
+                format!("fence record the core cannot read back: {e}"),
+            ));
+        }
+        if self.lost.contains(&f.holder) {
+            return Err(v(
+                "b-lost-holder",
+                now,
+                format!(
+                    "commit from holder {} (agent {} inc {}) that lost the fence; fence now epoch {} watermark {}",
+                    f.holder, who.agent, who.incarnation, f.epoch, f.watermark
+                ),
+            ));
+        }
+        if let Some(prev) = &self.fence {
+            if prev.holder != f.holder {
+                self.lost.insert(prev.holder.clone());
+            }
+        }
+        // (c) monotonic watermark.
+        if f.scan_base.is_none() && f.watermark < self.settled_watermark {
+            return Err(v(
+                "c-watermark-regressed",
+                now,
+                format!(
+                    "fence watermark {} below the settled watermark {} (holder {}, split {:?})",
+                    f.watermark, self.settled_watermark, f.holder, f.split
+                ),
+            ));
+        }
+        if f.settled() {
+            self.settled_watermark = self.settled_watermark.max(f.watermark);
+        }
+        // (e) RequireEmpty.
+        let data_ops = ops
+            .iter()
+            .any(|op| op.key() != o.fence_key.as_slice() && !matches!(op, TxnOp::Get { .. }));
+        if who.mode == InitialSyncMode::RequireEmpty && data_ops && !self.foreign.is_empty() {
+            let k = self.foreign.iter().next().cloned().unwrap_or_default();
+            return Err(v(
+                "e-require-empty",
+                now,
+                format!(
+                    "RequireEmpty agent {} wrote into a target holding foreign key {}",
+                    who.agent,
+                    show(&k)
+                ),
+            ));
+        }
+        for op in ops {
+            match op {
+                TxnOp::Put { key, .. } => {
+                    self.foreign.remove(key);
+                }
+                TxnOp::Delete { key, range_end } => {
+                    self.foreign.retain(|k| !in_range(k, key, range_end));
+                }
+                TxnOp::Get { .. } => {}
+            }
+        }
+        self.fence = Some(f.clone());
+        for e in target.events_at(target.rev()) {
+            self.dirty.insert(e.kv.key.clone());
+        }
+        // (a) watermark invariant. Watermark 0 promises nothing: no revision was mirrored.
+        if f.settled() && f.watermark > 0 {
+            self.check_incremental(now, f.watermark, source, target)?;
+        }
+        Ok(())
+    }
+
+    /// Invariant (a) at `w`, looking only at keys that may have changed since the last
+    /// passed check: target keys written since, and keys the source changed between the two
+    /// watermarks (in either direction). Equivalent to [`Checker::check_equal`] because
+    /// every other key was equal at the last check and has not moved on either side.
+    fn check_incremental(
+        &mut self,
+        now: u64,
+        w: i64,
+        source: &Store,
+        target: &Store,
+    ) -> Result<(), Violation> {
+        let Some(prev) = self.checked_w else {
+            self.check_equal(now, w, source, target)?;
+            self.checked_w = Some(w);
+            self.dirty.clear();
+            return Ok(());
+        };
+        if w > source.rev() {
+            return Err(v(
+                "a-watermark",
+                now,
+                format!(
+                    "watermark {w} is ahead of the source revision {}",
+                    source.rev()
+                ),
+            ));
+        }
+        self.incremental_checks += 1;
+        let (lo, hi) = (prev.min(w), prev.max(w));
+        for r in lo + 1..=hi {
+            for e in source.events_at(r) {
+                if let Some(k) = self.oracle.rewrite(&e.kv.key) {
+                    self.dirty.insert(k);
+                }
+            }
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        for k in &dirty {
+            if *k == self.oracle.fence_key {
+                continue;
+            }
+            let expected = self
+                .unrewrite(k)
+                .and_then(|sk| source.get_at(&sk, w))
+                .map(|kv| &kv.value);
+            let actual = target.get(k).map(|kv| &kv.value);
+            if expected != actual {
+                let detail = match (expected, actual) {
+                    (Some(_), None) => format!("at watermark {w}: target is missing {} (present in source@{w})", show(k)),
+                    (None, Some(_)) => format!("at watermark {w}: target has {} which source@{w} does not", show(k)),
+                    (Some(e), Some(a)) => format!(
+                        "at watermark {w}: target {} has a value of {} bytes, source@{w} has {} bytes",
+                        show(k),
+                        a.len(),
+                        e.len()
+                    ),
+                    (None, None) => unreachable!("equal"),
+                };
+                self.dirty = dirty;
+                return Err(v("a-watermark", now, detail));
+            }
+        }
+        self.checked_w = Some(w);
+        Ok(())
+    }
+
+    /// The source key a target key mirrors, if any (the inverse of the rewrite).
+    fn unrewrite(&self, target_key: &[u8]) -> Option<Vec<u8>> {
+        let rel = target_key.strip_prefix(self.oracle.target_base.as_slice())?;
+        if self.oracle.excludes.iter().any(|e| rel.starts_with(e)) {
+            return None;
+        }
+        let mut k = self.oracle.source_prefix.clone();
+        k.extend_from_slice(rel);
+        Some(k)
+    }
+
+    /// Invariant (a) at watermark `w`.
+    pub fn check_equal(
+        &mut self,
+        now: u64,
+        w: i64,
+        source: &Store,
+        target: &Store,
+    ) -> Result<(), Violation> {
+        self.deep_checks += 1;
+        if w > source.rev() {
+            return Err(v(
+                "a-watermark",
+                now,
+                format!(
+                    "watermark {w} is ahead of the source revision {}",
+                    source.rev()
+                ),
+            ));
+        }
+        let o = &self.oracle;
+        let (sk, se) = o.source_range();
+        let (tk, te) = o.target_range();
+        let src = source.range_at(&sk, &se, w);
+        let tgt = target.range_at(&tk, &te, target.rev());
+        let mut expected = src
+            .iter()
+            .filter_map(|kv| o.rewrite(&kv.key).map(|k| (k, &kv.value)))
+            .peekable();
+        let mut actual = tgt.iter().filter(|kv| kv.key != o.fence_key).peekable();
+        loop {
+            match (expected.peek(), actual.peek()) {
+                (None, None) => return Ok(()),
+                (Some((ek, ev)), Some(a)) if *ek == a.key => {
+                    if **ev != a.value {
+                        return Err(v(
+                            "a-watermark",
+                            now,
+                            format!(
+                                "at watermark {w}: target {} has a value of {} bytes, source@{w} has {} bytes",
+                                show(ek),
+                                a.value.len(),
+                                ev.len()
+                            ),
+                        ));
+                    }
+                    expected.next();
+                    actual.next();
+                }
+                (Some((ek, _)), None) => {
+                    return Err(v(
+                        "a-watermark",
+                        now,
+                        format!(
+                            "at watermark {w}: target is missing {} (present in source@{w})",
+                            show(ek)
+                        ),
+                    ));
+                }
+                (Some((ek, _)), Some(a)) if ek.as_slice() < a.key.as_slice() => {
+                    return Err(v(
+                        "a-watermark",
+                        now,
+                        format!(
+                            "at watermark {w}: target is missing {} (present in source@{w})",
+                            show(ek)
+                        ),
+                    ));
+                }
+                (_, Some(a)) => {
+                    return Err(v(
+                        "a-watermark",
+                        now,
+                        format!(
+                            "at watermark {w}: target has {} which source@{w} does not",
+                            show(&a.key)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Liveness: the fence is settled, its watermark covers the last in-scope source
+    /// revision, and the target equals the rewritten latest source. `Ok(false)` = not yet.
+    pub fn converged(
+        &mut self,
+        now: u64,
+        source: &Store,
+        target: &Store,
+    ) -> Result<bool, Violation> {
+        let Some(f) = self.fence.clone() else {
+            return Ok(false);
+        };
+        if !f.settled() {
+            return Ok(false);
+        }
+        let o = self.oracle.clone();
+        let last = source.last_rev_matching(source.rev(), |k| o.rewrite(k).is_some());
+        if f.watermark < last {
+            return Ok(false);
+        }
+        // Live target must equal the latest source too (it equals source@W by (a)).
+        match self.check_equal(now, source.rev(), source, target) {
+            Ok(()) => Ok(true),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// The last in-scope revision (liveness target), for reports.
+    pub fn last_in_scope(&self, source: &Store) -> i64 {
+        let o = &self.oracle;
+        source.last_rev_matching(source.rev(), |k| o.rewrite(k).is_some())
+    }
+}

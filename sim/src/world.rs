@@ -1,0 +1,1292 @@
+//! The simulated world: two model clusters, the network, the agents and the event queue.
+//!
+//! One discrete-event loop on simulated time. Every command an agent emits travels to its
+//! cluster with a drawn latency, runs against the model at arrival, and its reply travels
+//! back. Replies to different commands may overtake each other; everything on one watch
+//! stream (its start reply, events, progress, cancellation) keeps its order, as one gRPC
+//! stream does. A crash discards every reply and event still travelling to the process, but
+//! requests already on the wire still reach the server.
+
+use crate::agent::{build, config_for, Agent};
+use crate::coverage::Coverage;
+use crate::invariants::{Checker, Issuer, Violation};
+use crate::model::etcd::{fail, msg, ConnId};
+use crate::model::{EtcdCluster, Mutation, WatchOut};
+use crate::oracle::{Fence, Oracle};
+use crate::schedule::{Fault, FaultyMode, Options, Schedule, Side};
+use crate::trace::Trace;
+use crate::workload::Workload;
+use std::collections::{BTreeMap, BTreeSet};
+use tidemark_core::classify::{Code, Failure};
+use tidemark_core::config::InitialSyncMode;
+use tidemark_core::etcd::{Cluster, Command, Reply, TxnOp, TxnReply, TxnRequest, WatchEvent};
+use tidemark_core::mirror::{ConditionType, FailKind, Input, Output, StopReason};
+use tidemark_core::rng::Rng;
+use tidemark_core::Instant;
+
+const MS: u64 = 1_000_000;
+const SYNC_TICK: u64 = 100 * MS;
+const LIVENESS_TICK: u64 = 1_000 * MS;
+/// Commands one agent may emit at one instant before the run is declared a busy loop.
+const MAX_OUTPUTS_PER_DRIVE: usize = 100_000;
+
+#[derive(Debug, Clone)]
+enum Ev {
+    Wake {
+        agent: u32,
+        gen: u64,
+    },
+    Arrive {
+        agent: u32,
+        inc: u32,
+        id: u64,
+        cmd: Command,
+        /// Set when the driver's deadline fires first: the reply is replaced by it.
+        deadline_at: Option<u64>,
+    },
+    Reply {
+        agent: u32,
+        inc: u32,
+        id: u64,
+        result: Result<Reply, Failure>,
+    },
+    Watch {
+        conn: ConnId,
+        watch_id: u64,
+        event: WatchEvent,
+    },
+    Workload,
+    SyncTick,
+    ProgressTick,
+    LivenessTick,
+    Fault(usize),
+    Heal(HealKind),
+    Restart {
+        agent: u32,
+        variant: Option<u32>,
+    },
+    Retire {
+        agent: u32,
+    },
+    Quiet,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum HealKind {
+    Partition(Side),
+    LeaderLoss(Side),
+    Throttle,
+    Timeouts(Side),
+    NoSpace,
+    Latency(Side),
+}
+
+#[derive(Debug, Clone, Default)]
+struct Net {
+    partitioned_until: u64,
+    timeouts_until: u64,
+    timeout_pct: u32,
+    slow_until: u64,
+    slow_factor: u64,
+}
+
+/// State of a faulty-driver mode.
+#[derive(Debug, Default)]
+struct Faulty {
+    /// ReorderCommits: the held commit (agent, inc, id, request, watermark).
+    held: Option<(u32, u32, u64, TxnRequest, i64)>,
+    reordered: bool,
+    dropped_event: bool,
+    /// Last successful commit per agent (for ApplyTwiceAfterCrash).
+    last_commit: BTreeMap<u32, (u32, TxnRequest)>,
+    /// A crashed agent's commit waiting to be applied again.
+    replay: Option<(u32, u32, TxnRequest, i64)>,
+    replayed: bool,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// Converged after the quiet phase began.
+    Converged {
+        at_ns: u64,
+    },
+    /// Every agent stopped for a reason the scenario expects (e.g. RequireEmpty refusal).
+    ExpectedStop {
+        reason: String,
+    },
+    Violation(Violation),
+}
+
+/// The whole simulated world of one run.
+#[derive(Debug)]
+pub struct World {
+    pub opts: Options,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    pub source: EtcdCluster,
+    pub target: EtcdCluster,
+    pub agents: Vec<Agent>,
+    rng: Rng,
+    workload: Workload,
+    pub checker: Checker,
+    faults: Vec<crate::schedule::TimedFault>,
+    net: [Net; 2],
+    watch_clock: BTreeMap<(ConnId, u64), u64>,
+    pub trace: Trace,
+    pub coverage: Coverage,
+    /// Events popped from the queue.
+    pub events: u64,
+    quiet: bool,
+    end: Option<End>,
+    faulty: Faulty,
+    /// Per agent: the core cannot be built (the reason), e.g. the Mirror is missing.
+    pub build_error: Option<String>,
+    spins: u32,
+    last_wake: u64,
+    /// Print every input and output to stderr (debugging a replay).
+    pub verbose: bool,
+}
+
+fn side_of(c: Cluster) -> Side {
+    match c {
+        Cluster::Source => Side::Source,
+        Cluster::Target => Side::Target,
+    }
+}
+
+fn cluster_of(cmd: &Command) -> Cluster {
+    match cmd {
+        Command::Status { cluster } => *cluster,
+        Command::Range(r) => r.cluster,
+        Command::Txn(_) => Cluster::Target,
+        Command::Watch(_) | Command::CancelWatch { .. } | Command::RequestProgress { .. } => {
+            Cluster::Source
+        }
+    }
+}
+
+fn ni(s: Side) -> usize {
+    match s {
+        Side::Source => 0,
+        Side::Target => 1,
+    }
+}
+
+impl World {
+    /// Builds the world of a schedule; nothing runs until [`World::run`].
+    pub fn new(schedule: &Schedule, trace: bool) -> World {
+        let o = schedule.options.clone();
+        let cfg = config_for(&o, o.config_variant);
+        let oracle = Oracle::new(&cfg);
+        let mut w = World {
+            source: EtcdCluster::new("source", &o.source_version, 0x50),
+            target: EtcdCluster::new("target", &o.target_version, 0x7a),
+            agents: Vec::new(),
+            rng: Rng::new(o.seed ^ 0x0e7_0e7),
+            workload: Workload::new(o.workload.clone(), "/app/", o.seed),
+            checker: Checker::new(oracle),
+            faults: schedule.faults.clone(),
+            net: [Net::default(), Net::default()],
+            watch_clock: BTreeMap::new(),
+            trace: Trace::new(trace),
+            coverage: Coverage::default(),
+            events: 0,
+            quiet: false,
+            end: None,
+            faulty: Faulty::default(),
+            build_error: None,
+            now: 0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            spins: 0,
+            last_wake: u64::MAX,
+            verbose: false,
+            opts: o,
+        };
+        let mut out = Vec::new();
+        w.workload.preload(&mut w.source, &mut out);
+        // Foreign keys in the target range before the agent starts.
+        let base = w.checker.oracle.target_base.clone();
+        for i in 0..w.opts.junk_keys {
+            let mut k = base.clone();
+            k.extend_from_slice(format!("k/junk{i:03}").as_bytes());
+            w.target.write(
+                &[Mutation::Put {
+                    key: k.clone(),
+                    value: b"foreign".to_vec(),
+                    lease: 0,
+                }],
+                &mut out,
+            );
+            w.checker.foreign_write(&k);
+        }
+        w.push(
+            0,
+            Ev::Restart {
+                agent: 0,
+                variant: None,
+            },
+        );
+        w.push(1, Ev::Workload);
+        w.push(SYNC_TICK, Ev::SyncTick);
+        w.push(w.opts.progress_notify_ms * MS, Ev::ProgressTick);
+        w.push(w.opts.safety_ms * MS, Ev::Quiet);
+        for (i, f) in w.faults.clone().iter().enumerate() {
+            w.push(f.at_ms * MS, Ev::Fault(i));
+        }
+        w
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((at.max(self.now), self.seq), ev);
+    }
+
+    fn latency(&mut self, side: Side) -> u64 {
+        let (lo, hi) = self.opts.latency_us;
+        let mut l = (lo + self.rng.below(hi - lo + 1)) * 1_000;
+        let n = &self.net[ni(side)];
+        if n.slow_until > self.now {
+            l *= n.slow_factor.max(1);
+        }
+        l
+    }
+
+    fn violate(&mut self, v: Violation) {
+        if self.end.is_none() {
+            self.end = Some(End::Violation(v));
+        }
+    }
+
+    /// Runs to the end: convergence, an expected stop, or the first violation.
+    pub fn run(&mut self) -> End {
+        let deadline = (self.opts.safety_ms + self.opts.liveness_ms) * MS;
+        while self.end.is_none() {
+            let Some(((t, _), ev)) = self.queue.pop_first() else {
+                self.violate(Violation {
+                    invariant: "liveness".into(),
+                    at_ns: self.now,
+                    detail: "nothing left to happen and the mirror has not converged".into(),
+                });
+                break;
+            };
+            if t > deadline {
+                let f = self.checker.fence.clone();
+                let detail = format!(
+                    "no convergence {} ms into the quiet phase: fence {:?}, source rev {}, last in-scope rev {}, agents {}",
+                    self.opts.liveness_ms,
+                    f,
+                    self.source.store.rev(),
+                    self.checker.last_in_scope(&self.source.store),
+                    self.agent_summary()
+                );
+                self.violate(Violation {
+                    invariant: "liveness".into(),
+                    at_ns: t,
+                    detail,
+                });
+                break;
+            }
+            self.now = t;
+            self.events += 1;
+            self.step(ev);
+        }
+        for a in 0..self.agents.len() {
+            self.harvest(a as u32);
+        }
+        self.end.clone().expect("loop exits only with an end")
+    }
+
+    /// The simulated time now, nanoseconds.
+    pub fn now_ns(&self) -> u64 {
+        self.now
+    }
+
+    fn agent_summary(&self) -> String {
+        let parts: Vec<String> = self
+            .agents
+            .iter()
+            .map(|a| {
+                let st = a.replicator.as_ref().map(|r| r.status());
+                format!(
+                    "#{}.{} {} phase {:?} wm {} err {:?}",
+                    a.index,
+                    a.incarnation,
+                    match &a.stopped {
+                        Some(s) => format!("stopped({s:?})"),
+                        None if a.replicator.is_some() => "running".into(),
+                        None => "down".into(),
+                    },
+                    st.map(|s| s.phase),
+                    st.map_or(0, |s| s.last_applied_revision),
+                    st.and_then(|s| s.last_error.clone())
+                )
+            })
+            .collect();
+        parts.join("; ")
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::Wake { agent, gen } => {
+                let a = &self.agents[agent as usize];
+                if a.wake_gen == gen && a.alive() {
+                    if self.last_wake == self.now {
+                        self.spins += 1;
+                    } else {
+                        self.spins = 0;
+                        self.last_wake = self.now;
+                    }
+                    if self.spins > 10_000 {
+                        return self.violate(Violation {
+                            invariant: "busy-loop".into(),
+                            at_ns: self.now,
+                            detail: format!(
+                                "agent {agent} keeps asking to be woken at the same instant"
+                            ),
+                        });
+                    }
+                    self.drive(agent);
+                }
+            }
+            Ev::Arrive {
+                agent,
+                inc,
+                id,
+                cmd,
+                deadline_at,
+            } => self.arrive(agent, inc, id, cmd, deadline_at),
+            Ev::Reply {
+                agent,
+                inc,
+                id,
+                result,
+            } => {
+                let a = &mut self.agents[agent as usize];
+                if a.incarnation != inc || !a.alive() {
+                    return;
+                }
+                a.in_flight.remove(&id);
+                self.deliver(agent, Input::Done { id, result });
+            }
+            Ev::Watch {
+                conn,
+                watch_id,
+                event,
+            } => {
+                let agent = (conn >> 32) as u32;
+                let inc = conn as u32;
+                let Some(a) = self.agents.get(agent as usize) else {
+                    return;
+                };
+                if a.incarnation != inc || !a.alive() || a.cancelled.contains(&watch_id) {
+                    return;
+                }
+                let event = self.faulty_watch(event);
+                self.deliver(agent, Input::Watch { watch_id, event });
+            }
+            Ev::Workload => {
+                if self.quiet {
+                    return;
+                }
+                let mut out = Vec::new();
+                self.workload.step(self.now, &mut self.source, &mut out);
+                self.route(out);
+                let gap = self.workload.next_gap_ns();
+                self.push(self.now + gap, Ev::Workload);
+            }
+            Ev::SyncTick => {
+                let mut out = Vec::new();
+                self.source.expire_leases(self.now, &mut out);
+                if !self.source.cond.leader_lost {
+                    self.source.sync_tick(&mut out);
+                }
+                self.route(out);
+                self.push(self.now + SYNC_TICK, Ev::SyncTick);
+            }
+            Ev::ProgressTick => {
+                let mut out = Vec::new();
+                if !self.source.cond.leader_lost {
+                    self.source.progress_tick(&mut out);
+                }
+                if !out.is_empty() {
+                    self.coverage.mark("model.progress_periodic");
+                }
+                self.route(out);
+                self.push(
+                    self.now + self.opts.progress_notify_ms * MS,
+                    Ev::ProgressTick,
+                );
+            }
+            Ev::LivenessTick => {
+                self.check_liveness();
+                if self.end.is_none() {
+                    self.push(self.now + LIVENESS_TICK, Ev::LivenessTick);
+                }
+            }
+            Ev::Fault(i) => {
+                if !self.quiet {
+                    let f = self.faults[i].fault.clone();
+                    self.coverage.mark(&format!("fault.{}", f.kind()));
+                    self.apply_fault(f);
+                }
+            }
+            Ev::Heal(h) => self.heal(h),
+            Ev::Restart { agent, variant } => self.restart(agent, variant),
+            Ev::Retire { agent } => {
+                self.crash(agent);
+            }
+            Ev::Quiet => self.begin_quiet(),
+        }
+    }
+
+    fn heal(&mut self, h: HealKind) {
+        match h {
+            HealKind::Partition(s) => self.net[ni(s)].partitioned_until = 0,
+            HealKind::LeaderLoss(Side::Source) => self.source.cond.leader_lost = false,
+            HealKind::LeaderLoss(Side::Target) => self.target.cond.leader_lost = false,
+            HealKind::Throttle => self.target.cond.throttled = false,
+            HealKind::Timeouts(s) => self.net[ni(s)].timeouts_until = 0,
+            HealKind::NoSpace => self.target.cond.no_space_alarm = false,
+            HealKind::Latency(s) => self.net[ni(s)].slow_until = 0,
+        }
+    }
+
+    fn cluster(&mut self, s: Side) -> &mut EtcdCluster {
+        match s {
+            Side::Source => &mut self.source,
+            Side::Target => &mut self.target,
+        }
+    }
+
+    fn apply_fault(&mut self, f: Fault) {
+        let now = self.now;
+        match f {
+            Fault::Crash { agent, down_ms } => {
+                let agent = agent.min(self.agents.len().saturating_sub(1) as u32);
+                if self.crash(agent) {
+                    self.push(
+                        now + down_ms * MS,
+                        Ev::Restart {
+                            agent,
+                            variant: None,
+                        },
+                    );
+                }
+            }
+            Fault::Twin {
+                for_ms,
+                config_variant,
+            } => {
+                if self.agents.iter().filter(|a| a.alive()).count() >= 3 {
+                    return;
+                }
+                let idx = self.agents.len() as u32;
+                self.restart(idx, Some(config_variant));
+                self.agents[idx as usize].retire_at = Some(now + for_ms * MS);
+                self.push(now + for_ms * MS, Ev::Retire { agent: idx });
+            }
+            Fault::RestartWithConfig {
+                agent,
+                config_variant,
+            } => {
+                let agent = agent.min(self.agents.len().saturating_sub(1) as u32);
+                if self.crash(agent) {
+                    self.restart(agent, Some(config_variant));
+                }
+            }
+            Fault::Partition { side, ms } => {
+                self.net[ni(side)].partitioned_until = now + ms * MS;
+                let failure = fail(Code::Unavailable, msg::UNAVAILABLE);
+                if side == Side::Source {
+                    let conns: Vec<ConnId> = self.agents.iter().map(|a| a.conn()).collect();
+                    let mut out = Vec::new();
+                    for c in conns {
+                        self.source.break_conn(c, &failure, &mut out);
+                    }
+                    self.route(out);
+                }
+                self.push(now + ms * MS, Ev::Heal(HealKind::Partition(side)));
+            }
+            Fault::LeaderLoss { side, ms } => {
+                let mut out = Vec::new();
+                let failure = fail(Code::Unavailable, msg::NO_LEADER);
+                let c = self.cluster(side);
+                c.cond.leader_lost = true;
+                c.break_all_watches(&failure, &mut out);
+                self.route(out);
+                self.push(now + ms * MS, Ev::Heal(HealKind::LeaderLoss(side)));
+            }
+            Fault::Throttle { ms } => {
+                self.target.cond.throttled = true;
+                self.push(now + ms * MS, Ev::Heal(HealKind::Throttle));
+            }
+            Fault::Timeouts { side, ms, percent } => {
+                self.net[ni(side)].timeouts_until = now + ms * MS;
+                self.net[ni(side)].timeout_pct = percent;
+                self.push(now + ms * MS, Ev::Heal(HealKind::Timeouts(side)));
+            }
+            Fault::NoSpace { ms } => {
+                self.target.cond.no_space_alarm = true;
+                self.push(now + ms * MS, Ev::Heal(HealKind::NoSpace));
+            }
+            Fault::LatencySpike { side, ms, factor } => {
+                self.net[ni(side)].slow_until = now + ms * MS;
+                self.net[ni(side)].slow_factor = u64::from(factor);
+                self.push(now + ms * MS, Ev::Heal(HealKind::Latency(side)));
+            }
+            Fault::Compact { behind } => {
+                let rev = self.source.store.rev() - i64::from(behind);
+                if rev > self.source.store.compact_rev() && self.source.compact(rev).is_ok() {
+                    self.coverage.mark("model.compacted");
+                }
+            }
+            Fault::WatchReset => {
+                let failure = fail(
+                    Code::Unavailable,
+                    "rpc error: code = Unavailable desc = transport is closing",
+                );
+                let mut out = Vec::new();
+                self.source.break_all_watches(&failure, &mut out);
+                self.route(out);
+            }
+        }
+    }
+
+    fn begin_quiet(&mut self) {
+        self.quiet = true;
+        for s in [Side::Source, Side::Target] {
+            self.net[ni(s)] = Net::default();
+        }
+        for c in [&mut self.source, &mut self.target] {
+            c.cond = Default::default();
+        }
+        if self.faulty.held.is_some() {
+            self.release_held();
+        }
+        // A supervisor keeps one agent running: restart agent 0 if nothing runs or is due.
+        let running = self
+            .agents
+            .iter()
+            .any(|a| a.alive() || a.restart_at.is_some());
+        if !running {
+            if self.expected_stop().is_some() {
+                let reason = self.expected_stop().unwrap_or_default();
+                self.end = Some(End::ExpectedStop { reason });
+                return;
+            }
+            self.coverage.mark("supervisor.restart_in_quiet");
+            self.restart(0, None);
+        }
+        self.push(self.now, Ev::LivenessTick);
+    }
+
+    /// When the scenario makes a permanent stop the right answer.
+    fn expected_stop(&self) -> Option<String> {
+        let all_stopped = self
+            .agents
+            .iter()
+            .all(|a| !a.alive() && a.restart_at.is_none());
+        let refused = self.agents.iter().any(|a| {
+            matches!(
+                a.stopped,
+                Some(StopReason::Failed {
+                    kind: FailKind::EmptyTargetViolation,
+                    ..
+                })
+            )
+        });
+        if all_stopped
+            && refused
+            && self.opts.junk_keys > 0
+            && self.opts.initial_mode == InitialSyncMode::RequireEmpty
+        {
+            Some("RequireEmpty refused a non-empty target".into())
+        } else {
+            None
+        }
+    }
+
+    fn check_liveness(&mut self) {
+        if let Some(reason) = self.expected_stop() {
+            self.end = Some(End::ExpectedStop { reason });
+            return;
+        }
+        match self
+            .checker
+            .converged(self.now, &self.source.store, &self.target.store)
+        {
+            Ok(true) => self.end = Some(End::Converged { at_ns: self.now }),
+            Ok(false) => {}
+            Err(v) => self.violate(v),
+        }
+        // A supervisor restarts a stopped process (Kubernetes would), with a delay.
+        if self.end.is_none()
+            && !self
+                .agents
+                .iter()
+                .any(|a| a.alive() || a.restart_at.is_some())
+        {
+            self.coverage.mark("supervisor.restart_in_quiet");
+            self.agents[0].restart_at = Some(self.now + 5_000 * MS);
+            self.push(
+                self.now + 5_000 * MS,
+                Ev::Restart {
+                    agent: 0,
+                    variant: None,
+                },
+            );
+        }
+    }
+
+    /// Kills an agent process. Returns whether it was running.
+    fn crash(&mut self, agent: u32) -> bool {
+        let Some(a) = self.agents.get(agent as usize) else {
+            return false;
+        };
+        if a.replicator.is_none() {
+            return false;
+        }
+        self.harvest(agent);
+        let a = &mut self.agents[agent as usize];
+        let old = a.conn();
+        a.replicator = None;
+        a.stopped = None;
+        a.incarnation += 1;
+        a.cancelled.clear();
+        a.in_flight.clear();
+        a.wake_gen += 1;
+        self.source.drop_conn(old);
+        self.target.drop_conn(old);
+        self.coverage.mark("agent.crash");
+        if self.opts.faulty == Some(FaultyMode::ApplyTwiceAfterCrash) && !self.faulty.replayed {
+            if let Some((inc, req)) = self.faulty.last_commit.get(&agent).cloned() {
+                let wm = req
+                    .success
+                    .iter()
+                    .find_map(|op| match op {
+                        TxnOp::Put { key, value } if *key == self.checker.oracle.fence_key => {
+                            Fence::parse(value)
+                        }
+                        _ => None,
+                    })
+                    .map_or(0, |f| f.watermark);
+                self.faulty.replay = Some((agent, inc, req, wm));
+            }
+        }
+        true
+    }
+
+    /// Folds an agent's status counters into the coverage marks.
+    fn harvest(&mut self, agent: u32) {
+        let Some(r) = self.agents[agent as usize].replicator.as_ref() else {
+            return;
+        };
+        let s = r.status();
+        self.coverage
+            .add("core.forced_resync", s.forced_resync_count);
+        self.coverage.add("core.scan_restart", s.scan_restart_count);
+        self.coverage
+            .add("core.split_revision", s.split_revision_count);
+        self.coverage.add("core.pruned_keys", s.pruned_keys);
+        self.coverage.add("core.applied_txns", s.applied_txns);
+    }
+
+    fn restart(&mut self, agent: u32, variant: Option<u32>) {
+        while self.agents.len() <= agent as usize {
+            let idx = self.agents.len() as u32;
+            self.agents.push(Agent {
+                index: idx,
+                incarnation: 0,
+                replicator: None,
+                config: config_for(&self.opts, self.opts.config_variant),
+                holder: String::new(),
+                cancelled: BTreeSet::new(),
+                wake_gen: 0,
+                stopped: None,
+                restart_at: None,
+                retire_at: None,
+                in_flight: BTreeSet::new(),
+            });
+        }
+        if self.agents[agent as usize].stopped.is_some() {
+            // A stopped process is restarted as a new incarnation.
+            self.crash(agent);
+        }
+        if self.agents[agent as usize].replicator.is_some() {
+            // Already running (a supervisor restart raced a fault restart).
+            self.agents[agent as usize].restart_at = None;
+            return;
+        }
+        if let Some(v) = variant {
+            self.agents[agent as usize].config = config_for(&self.opts, v);
+            self.coverage
+                .mark(&format!("agent.config_variant.{}", v % 6));
+        }
+        let seed = self.rng.next_u64();
+        let cfg = self.agents[agent as usize].config.clone();
+        match build(self.opts.replicator, cfg, seed) {
+            Ok(r) => {
+                let a = &mut self.agents[agent as usize];
+                a.replicator = Some(r);
+                a.stopped = None;
+                a.restart_at = None;
+                a.holder.clear();
+                self.trace.record(self.now, agent, "start", &seed);
+                self.coverage.mark("agent.start");
+                self.drive(agent);
+            }
+            Err(e) => {
+                self.build_error = Some(e.clone());
+                self.violate(Violation {
+                    invariant: "setup".into(),
+                    at_ns: self.now,
+                    detail: format!("cannot start an agent: {e}"),
+                });
+            }
+        }
+    }
+
+    fn deliver(&mut self, agent: u32, input: Input) {
+        let now = Instant(self.now);
+        if self.verbose {
+            eprintln!(
+                "{:>12.3}ms a{agent} <- {}",
+                self.now as f64 / 1e6,
+                brief(&input)
+            );
+        }
+        self.trace.record(self.now, agent, "in", &input);
+        if let Some(r) = self.agents[agent as usize].replicator.as_mut() {
+            r.handle_input(now, input);
+        }
+        self.drive(agent);
+    }
+
+    fn drive(&mut self, agent: u32) {
+        let now = Instant(self.now);
+        for _ in 0..MAX_OUTPUTS_PER_DRIVE {
+            let a = &mut self.agents[agent as usize];
+            if a.stopped.is_some() {
+                return;
+            }
+            let Some(r) = a.replicator.as_mut() else {
+                return;
+            };
+            let out = r.poll_output(now);
+            if a.holder.is_empty() {
+                a.holder = r.status().holder.clone();
+            }
+            self.trace.record(self.now, agent, "out", &out);
+            if self.verbose && !matches!(out, Output::Timeout(_)) {
+                eprintln!(
+                    "{:>12.3}ms a{agent} -> {}",
+                    self.now as f64 / 1e6,
+                    brief(&out)
+                );
+            }
+            match out {
+                Output::Command { id, cmd } => self.send(agent, id, cmd),
+                Output::Timeout(t) => {
+                    let a = &mut self.agents[agent as usize];
+                    a.wake_gen += 1;
+                    let gen = a.wake_gen;
+                    self.push(t.0.max(self.now), Ev::Wake { agent, gen });
+                    self.sample_conditions(agent);
+                    return;
+                }
+                Output::Stopped(reason) => {
+                    self.sample_conditions(agent);
+                    self.on_stopped(agent, reason);
+                    return;
+                }
+            }
+        }
+        self.violate(Violation {
+            invariant: "busy-loop".into(),
+            at_ns: self.now,
+            detail: format!(
+                "agent {agent} emitted {MAX_OUTPUTS_PER_DRIVE} commands without yielding"
+            ),
+        });
+    }
+
+    fn sample_conditions(&mut self, agent: u32) {
+        let Some(r) = self.agents[agent as usize].replicator.as_ref() else {
+            return;
+        };
+        for (t, c) in &r.status().conditions {
+            if c.status
+                && !matches!(
+                    t,
+                    ConditionType::Available
+                        | ConditionType::SourceReachable
+                        | ConditionType::TargetReachable
+                        | ConditionType::InvariantsHeld
+                )
+            {
+                self.coverage.mark_condition(t.name());
+            }
+        }
+    }
+
+    fn on_stopped(&mut self, agent: u32, reason: StopReason) {
+        self.harvest(agent);
+        let a = &mut self.agents[agent as usize];
+        a.stopped = Some(reason.clone());
+        let holder = a.holder.clone();
+        let name = match &reason {
+            StopReason::Failed { kind, .. } => kind.name(),
+            StopReason::Drained => "Drained",
+            StopReason::Shutdown => "Shutdown",
+        };
+        self.coverage.mark(&format!("agent.stop.{name}"));
+        let fence = Fence::parse(
+            self.target
+                .store
+                .get(&self.checker.oracle.fence_key)
+                .map(|kv| kv.value.as_slice())
+                .unwrap_or_default(),
+        );
+        if self.opts.faulty.is_some() {
+            return;
+        }
+        match reason {
+            StopReason::Failed {
+                kind: FailKind::FenceLost,
+                message,
+            } => {
+                if fence.as_ref().is_some_and(|f| f.holder == holder) {
+                    self.violate(Violation {
+                        invariant: "spurious-fence-lost".into(),
+                        at_ns: self.now,
+                        detail: format!("agent {agent} stopped with FenceLost ({message}) but the fence is still its own"),
+                    });
+                }
+            }
+            StopReason::Failed {
+                kind: FailKind::EmptyTargetViolation,
+                message,
+            } => {
+                let expected = self.opts.initial_mode == InitialSyncMode::RequireEmpty
+                    && self.checker.has_foreign();
+                if !expected {
+                    self.violate(Violation {
+                        invariant: "unexpected-stop".into(),
+                        at_ns: self.now,
+                        detail: format!(
+                            "agent {agent} refused a target that holds no foreign key: {message}"
+                        ),
+                    });
+                }
+            }
+            StopReason::Failed { kind, message } => self.violate(Violation {
+                invariant: "unexpected-stop".into(),
+                at_ns: self.now,
+                detail: format!(
+                    "agent {agent} stopped permanently: {} {message}",
+                    kind.name()
+                ),
+            }),
+            StopReason::Drained | StopReason::Shutdown => {}
+        }
+    }
+
+    /// The driver: sends one command over the network.
+    fn send(&mut self, agent: u32, id: u64, cmd: Command) {
+        let cluster = cluster_of(&cmd);
+        let side = side_of(cluster);
+        let inc = self.agents[agent as usize].incarnation;
+        self.agents[agent as usize].in_flight.insert(id);
+        let lat = self.latency(side);
+        match &cmd {
+            Command::CancelWatch { watch_id } => {
+                self.agents[agent as usize].cancelled.insert(*watch_id);
+            }
+            Command::Watch(w) => {
+                self.agents[agent as usize].cancelled.remove(&w.watch_id);
+            }
+            _ => {}
+        }
+        let is_unary = matches!(
+            cmd,
+            Command::Status { .. } | Command::Range(_) | Command::Txn(_)
+        );
+        if self.net[ni(side)].partitioned_until > self.now {
+            self.coverage.mark("net.refused");
+            let result = Err(fail(Code::Unavailable, msg::UNAVAILABLE));
+            self.push(
+                self.now + 2 * lat,
+                Ev::Reply {
+                    agent,
+                    inc,
+                    id,
+                    result,
+                },
+            );
+            return;
+        }
+        let mut deadline_at = None;
+        let n = &self.net[ni(side)];
+        if is_unary && n.timeouts_until > self.now && self.rng.below(100) < u64::from(n.timeout_pct)
+        {
+            let timeout = self.agents[agent as usize]
+                .config
+                .sync
+                .request_timeout
+                .as_nanos() as u64;
+            let applied = self.rng.below(2) == 0;
+            let at = self.now + timeout;
+            if applied {
+                self.coverage.mark("net.deadline_applied");
+                deadline_at = Some(at);
+            } else {
+                self.coverage.mark("net.deadline_not_applied");
+                let result = Err(fail(Code::DeadlineExceeded, msg::DEADLINE));
+                self.push(
+                    at,
+                    Ev::Reply {
+                        agent,
+                        inc,
+                        id,
+                        result,
+                    },
+                );
+                return;
+            }
+        }
+        let mut cmd = cmd;
+        if let Command::Txn(t) = &mut cmd {
+            if self.opts.faulty == Some(FaultyMode::DropFenceCompare) {
+                t.compares.clear();
+            }
+        }
+        self.push(
+            self.now + lat,
+            Ev::Arrive {
+                agent,
+                inc,
+                id,
+                cmd,
+                deadline_at,
+            },
+        );
+    }
+
+    /// A request reaches its cluster.
+    fn arrive(&mut self, agent: u32, inc: u32, id: u64, cmd: Command, deadline_at: Option<u64>) {
+        let cluster = cluster_of(&cmd);
+        let side = side_of(cluster);
+        let conn = (u64::from(agent) << 32) | u64::from(inc);
+        let lat = self.latency(side);
+        if self.net[ni(side)].partitioned_until > self.now {
+            self.coverage.mark("net.refused");
+            let result = Err(fail(Code::Unavailable, msg::UNAVAILABLE));
+            self.push(
+                self.now + lat,
+                Ev::Reply {
+                    agent,
+                    inc,
+                    id,
+                    result,
+                },
+            );
+            return;
+        }
+        // A watch request from a crashed process never opens a stream.
+        if matches!(cmd, Command::Watch(_)) && self.agents[agent as usize].incarnation != inc {
+            return;
+        }
+        let mut out = Vec::new();
+        let result = match &cmd {
+            Command::Txn(t) => {
+                if let Some(r) = self.faulty_txn(agent, inc, id, t) {
+                    r
+                } else {
+                    self.apply_txn(agent, inc, t, &mut out)
+                }
+            }
+            _ => {
+                let c = match cluster {
+                    Cluster::Source => &mut self.source,
+                    Cluster::Target => &mut self.target,
+                };
+                c.execute(conn, &cmd, &mut out)
+            }
+        };
+        if let Err(f) = &result {
+            self.coverage
+                .mark(&format!("model.err.{}.{}", side_name(side), f.label()));
+        }
+        let result = if deadline_at.is_some() {
+            Err(fail(Code::DeadlineExceeded, msg::DEADLINE))
+        } else {
+            result
+        };
+        let reply_at = deadline_at.unwrap_or(self.now + lat);
+        match &cmd {
+            Command::Watch(w) => {
+                // The start reply travels on the stream, before its first events.
+                let at = self.stream_time(conn, w.watch_id, reply_at);
+                self.push(
+                    at,
+                    Ev::Reply {
+                        agent,
+                        inc,
+                        id,
+                        result,
+                    },
+                );
+            }
+            Command::RequestProgress { watch_id } | Command::CancelWatch { watch_id } => {
+                let at = self.stream_time(conn, *watch_id, reply_at);
+                self.push(
+                    at,
+                    Ev::Reply {
+                        agent,
+                        inc,
+                        id,
+                        result,
+                    },
+                );
+            }
+            _ => self.push(
+                reply_at,
+                Ev::Reply {
+                    agent,
+                    inc,
+                    id,
+                    result,
+                },
+            ),
+        }
+        self.route(out);
+    }
+
+    fn apply_txn(
+        &mut self,
+        agent: u32,
+        inc: u32,
+        t: &TxnRequest,
+        out: &mut Vec<WatchOut>,
+    ) -> Result<Reply, Failure> {
+        if self.target.cond.leader_lost {
+            return Err(fail(Code::Unavailable, msg::NO_LEADER));
+        }
+        let before = self.target.store.rev();
+        let r = self.target.txn(t, out)?;
+        if !r.succeeded {
+            self.coverage.mark("model.txn_compare_failed");
+        }
+        if self.target.store.rev() != before {
+            let ops = if r.succeeded { &t.success } else { &t.failure };
+            let who = Issuer {
+                agent,
+                incarnation: inc,
+                mode: self.agents[agent as usize].config.initial_sync.mode,
+            };
+            if r.succeeded {
+                self.faulty.last_commit.insert(agent, (inc, t.clone()));
+            }
+            if let Err(v) =
+                self.checker
+                    .on_commit(self.now, &who, ops, &self.source.store, &self.target.store)
+            {
+                self.violate(v);
+            }
+            self.after_commit();
+        }
+        Ok(Reply::Txn(r))
+    }
+
+    fn after_commit(&mut self) {
+        if self.quiet && self.end.is_none() {
+            self.check_liveness();
+        }
+        // ApplyTwiceAfterCrash: once the restarted process has moved the watermark past the
+        // crashed one's last commit, the driver "retries" that commit unfenced.
+        if let Some((agent, inc, req, wm)) = self.faulty.replay.clone() {
+            let moved = self
+                .checker
+                .fence
+                .as_ref()
+                .is_some_and(|f| f.settled() && f.watermark > wm);
+            if moved {
+                self.faulty.replay = None;
+                self.faulty.replayed = true;
+                self.coverage.mark("faulty.applied_twice");
+                let mut t = req;
+                t.compares.clear();
+                let mut out = Vec::new();
+                let _ = self.apply_txn(agent, inc, &t, &mut out);
+                self.route(out);
+            }
+        }
+    }
+
+    /// ReorderCommits: returns a canned reply when the driver interferes with this Txn.
+    fn faulty_txn(
+        &mut self,
+        agent: u32,
+        inc: u32,
+        id: u64,
+        t: &TxnRequest,
+    ) -> Option<Result<Reply, Failure>> {
+        if self.opts.faulty != Some(FaultyMode::ReorderCommits) || self.faulty.reordered {
+            return None;
+        }
+        let fence_key = self.checker.oracle.fence_key.clone();
+        let wm = t.success.iter().find_map(|op| match op {
+            TxnOp::Put { key, value } if *key == fence_key => Fence::parse(value),
+            _ => None,
+        })?;
+        if !wm.settled() {
+            return None;
+        }
+        match self.faulty.held.take() {
+            None => {
+                if self.checker.fence.as_ref().is_none_or(|f| !f.settled()) {
+                    return None;
+                }
+                self.faulty.held = Some((agent, inc, id, t.clone(), wm.watermark));
+                self.coverage.mark("faulty.held_commit");
+                Some(Ok(Reply::Txn(TxnReply {
+                    succeeded: true,
+                    header_revision: self.target.store.rev() + 1,
+                    reads: vec![],
+                })))
+            }
+            Some((ha, hi, _hid, held, hwm)) => {
+                if wm.watermark <= hwm || ha != agent {
+                    self.faulty.held = Some((ha, hi, _hid, held, hwm));
+                    self.release_held();
+                    return None;
+                }
+                self.faulty.reordered = true;
+                self.coverage.mark("faulty.reordered");
+                let mut t2 = t.clone();
+                t2.compares.clear();
+                let mut out = Vec::new();
+                let r = self.apply_txn(agent, inc, &t2, &mut out);
+                let mut t1 = held;
+                t1.compares.clear();
+                let _ = self.apply_txn(ha, hi, &t1, &mut out);
+                self.route(out);
+                Some(r)
+            }
+        }
+    }
+
+    fn release_held(&mut self) {
+        if let Some((a, i, _id, mut t, _)) = self.faulty.held.take() {
+            t.compares.clear();
+            let mut out = Vec::new();
+            let _ = self.apply_txn(a, i, &t, &mut out);
+            self.route(out);
+        }
+    }
+
+    /// DropWatchEvent: drops one event of one response once the tail is settled.
+    fn faulty_watch(&mut self, event: WatchEvent) -> WatchEvent {
+        if self.opts.faulty != Some(FaultyMode::DropWatchEvent) || self.faulty.dropped_event {
+            return event;
+        }
+        match event {
+            WatchEvent::Events {
+                header_revision,
+                mut events,
+            } if self
+                .checker
+                .fence
+                .as_ref()
+                .is_some_and(|f| f.settled() && f.watermark > 0) =>
+            {
+                let o = &self.checker.oracle;
+                if let Some(i) = events.iter().position(|e| o.rewrite(&e.kv.key).is_some()) {
+                    events.remove(i);
+                    self.faulty.dropped_event = true;
+                    self.coverage.mark("faulty.dropped_event");
+                }
+                WatchEvent::Events {
+                    header_revision,
+                    events,
+                }
+            }
+            e => e,
+        }
+    }
+
+    fn stream_time(&mut self, conn: ConnId, watch_id: u64, at: u64) -> u64 {
+        let e = self.watch_clock.entry((conn, watch_id)).or_insert(0);
+        *e = (*e).max(at);
+        *e
+    }
+
+    /// Schedules what the clusters sent on watch streams.
+    fn route(&mut self, out: Vec<WatchOut>) {
+        for o in out {
+            match &o.event {
+                WatchEvent::Cancelled { .. } => {
+                    self.coverage.mark("model.watch_cancelled_compacted")
+                }
+                WatchEvent::Progress { .. } => self.coverage.mark("model.progress"),
+                WatchEvent::Failed { .. } => self.coverage.mark("model.watch_failed"),
+                WatchEvent::Events { events, .. } if events.len() > 127 => {
+                    self.coverage.mark("model.big_watch_response")
+                }
+                WatchEvent::Events { .. } => {}
+            }
+            let lat = self.latency(Side::Source);
+            let at = self.stream_time(o.conn, o.watch_id, self.now + lat);
+            self.push(
+                at,
+                Ev::Watch {
+                    conn: o.conn,
+                    watch_id: o.watch_id,
+                    event: o.event,
+                },
+            );
+        }
+    }
+}
+
+fn side_name(s: Side) -> &'static str {
+    match s {
+        Side::Source => "source",
+        Side::Target => "target",
+    }
+}
+
+/// A one-line summary of an input or output for verbose traces (values elided).
+fn brief<T: serde::Serialize>(x: &T) -> String {
+    let mut v = serde_json::to_value(x).unwrap_or_default();
+    elide(&mut v);
+    let s = v.to_string();
+    if s.len() > 400 {
+        format!("{}...", s.chars().take(400).collect::<String>())
+    } else {
+        s
+    }
+}
+
+fn elide(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                if k == "value" {
+                    if let serde_json::Value::String(s) = x {
+                        if s.len() > 24 {
+                            *x = serde_json::Value::String(format!("<{} b64 chars>", s.len()));
+                        }
+                    }
+                } else {
+                    elide(x);
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(elide),
+        _ => {}
+    }
+}
