@@ -345,3 +345,200 @@ async fn watch_sees_changes() {
     assert_eq!(seen.spec.synthesizer.name, "syn");
     api.delete(&name, &DeleteParams::default()).await.unwrap();
 }
+
+#[tokio::test]
+async fn json_patch_as_kube_sends_it() {
+    let env = Env::new().await;
+    let api: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
+    let name = env.name("jsonpatch");
+    let created = api
+        .create(&PostParams::default(), &secret(&name, &[], 1))
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let path = format!("/api/v1/namespaces/{}/secrets/{name}", env.ns);
+    let send = |ops: serde_json::Value| {
+        let req = axum::http::Request::builder()
+            .method("PATCH")
+            .uri(path.clone())
+            .header("content-type", "application/json-patch+json")
+            .body(serde_json::to_vec(&ops).unwrap())
+            .unwrap();
+        env.client.request::<Secret>(req)
+    };
+    // A `test` on metadata.resourceVersion is a precondition.
+    let patched = send(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/annotations", "value": {"k": "v"}}
+    ]))
+    .await
+    .unwrap();
+    assert_eq!(patched.metadata.annotations.unwrap()["k"], "v");
+    let e = send(json!([
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "add", "path": "/metadata/annotations/k2", "value": "v2"}
+    ]))
+    .await
+    .unwrap_err();
+    assert!(api_err(&e).0 >= 400, "stale test op rejected");
+    api.delete(&name, &DeleteParams::default()).await.unwrap();
+}
+
+/// The executor honours the contract the core's machines rely on (kube.rs in core).
+#[tokio::test]
+async fn executor_command_contract() {
+    use tidemark_core::inventory::{Command, KubeError, Reply, ResourceId};
+    use tidemark_kube::exec::{Clusters, Executor};
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let exec = Executor::new(Clusters {
+        eno: env.client.clone(),
+        downstream: env.client.clone(),
+    });
+    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
+    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
+
+    // Missing Composition => NotFound.
+    let r = exec
+        .execute(&Command::GetComposition {
+            namespace: ns.clone(),
+            name: env.name("absent"),
+        })
+        .await;
+    assert_eq!(r, Err(KubeError::NotFound));
+
+    // Composition read, then an annotation patch with a stale resourceVersion => Conflict.
+    let name = env.name("exec-comp");
+    let c = api_create_comp(&comps, &name).await;
+    let Ok(Reply::Composition(view)) = exec
+        .execute(&Command::GetComposition {
+            namespace: ns.clone(),
+            name: name.clone(),
+        })
+        .await
+    else {
+        panic!("composition view")
+    };
+    assert_eq!(view.synthesizer_name, "syn");
+    assert_eq!(view.uid, c.metadata.uid.clone().unwrap());
+    let patch = |rv: &str| Command::PatchCompositionAnnotation {
+        namespace: ns.clone(),
+        name: name.clone(),
+        key: "tidemark.dev/recovery-decision".into(),
+        value: "{}".into(),
+        resource_version: rv.to_string(),
+    };
+    assert!(matches!(
+        exec.execute(&patch(&view.resource_version)).await,
+        Ok(Reply::Composition(_))
+    ));
+    assert!(matches!(
+        exec.execute(&patch(&view.resource_version)).await,
+        Err(KubeError::Conflict(_))
+    ));
+
+    // Slices: the ones that exist, missing ones simply absent.
+    let sname = env.name("exec-slice");
+    let s: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": sname}, "spec": {"resources": []}
+    }))
+    .unwrap();
+    slices.create(&PostParams::default(), &s).await.unwrap();
+    let Ok(Reply::Slices(found)) = exec
+        .execute(&Command::ListResourceSlices {
+            namespace: ns.clone(),
+            names: vec![sname.clone(), env.name("no-such-slice")],
+        })
+        .await
+    else {
+        panic!("slices")
+    };
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].name, sname);
+
+    // Secrets: create, create again => Conflict, stale update => Conflict.
+    let wanted = tidemark_core::inventory::Secret {
+        name: env.name("exec-secret"),
+        namespace: ns.clone(),
+        uid: String::new(),
+        resource_version: None,
+        terminating: false,
+        secret_type: Some("Opaque".into()),
+        labels: [(
+            "eno.azure.io/inventory-lineage".to_string(),
+            env.prefix.clone(),
+        )]
+        .into(),
+        annotations: Default::default(),
+        data: [("inventory.json".to_string(), b"[]".to_vec())].into(),
+    };
+    let Ok(Reply::Secret(stored)) = exec.execute(&Command::CreateSecret(wanted.clone())).await
+    else {
+        panic!("created")
+    };
+    assert_eq!(stored.data, wanted.data);
+    assert!(matches!(
+        exec.execute(&Command::CreateSecret(wanted.clone())).await,
+        Err(KubeError::Conflict(_))
+    ));
+    let mut upd = stored.clone();
+    upd.data.insert("inventory.json".into(), b"[ ]".to_vec());
+    assert!(matches!(
+        exec.execute(&Command::UpdateSecret(upd.clone())).await,
+        Ok(Reply::Secret(_))
+    ));
+    assert!(matches!(
+        exec.execute(&Command::UpdateSecret(upd)).await,
+        Err(KubeError::Conflict(_))
+    ));
+    let Ok(Reply::Secrets(listed)) = exec
+        .execute(&Command::ListSecrets {
+            namespace: ns.clone(),
+            label_selector: format!("eno.azure.io/inventory-lineage={}", env.prefix),
+        })
+        .await
+    else {
+        panic!("listed")
+    };
+    assert_eq!(listed.len(), 1);
+
+    // Downstream delete with a UID precondition: wrong UID => Conflict, right one => Deleted,
+    // then NotFound.
+    let id = ResourceId {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Secret".into(),
+        namespace: Some(ns.clone()),
+        name: wanted.name.clone(),
+    };
+    let Ok(Reply::Object(obj)) = exec.execute(&Command::GetResource { id: id.clone() }).await
+    else {
+        panic!("object")
+    };
+    let wrong = Command::DeleteResource {
+        id: id.clone(),
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+    };
+    assert!(matches!(
+        exec.execute(&wrong).await,
+        Err(KubeError::Conflict(_))
+    ));
+    let right = Command::DeleteResource {
+        id: id.clone(),
+        uid: obj.uid.clone(),
+    };
+    assert_eq!(exec.execute(&right).await, Ok(Reply::Deleted));
+    assert_eq!(exec.execute(&right).await, Err(KubeError::NotFound));
+
+    comps.delete(&name, &DeleteParams::default()).await.unwrap();
+    slices
+        .delete(&sname, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+async fn api_create_comp(api: &Api<Composition>, name: &str) -> Composition {
+    api.create(&PostParams::default(), &composition(name, "syn"))
+        .await
+        .unwrap()
+}
