@@ -418,3 +418,102 @@ async fn two_live_compositions_of_one_lineage_conflict() {
             .unwrap();
     }
 }
+
+#[tokio::test]
+async fn hand_edited_history_is_invalid_and_deletes_nothing() {
+    use common::eno_objects;
+    use tidemark_core::inventory::{Mode, Reason};
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
+    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+    let secrets: Api<K8sSecret> =
+        Api::namespaced(env.client.clone(), &common::secret_namespace(&env));
+    let synth = env.name("edited-synth");
+    let lineage = default_lineage(&ns, &synth);
+    let names: Vec<String> = ["p", "q"]
+        .iter()
+        .map(|n| env.name(&format!("cm-{n}")))
+        .collect();
+    for n in &names {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(n.clone());
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let (stop, h) = start_controller(&env, Mode::Apply);
+    let all: Vec<_> = names
+        .iter()
+        .map(|n| eno_objects::manifest(&ns, n, &[]))
+        .collect();
+    let (c1, s1) = (env.name("e1"), env.name("e1-slice"));
+    eno_objects::slice(&slices, &s1, "uuid-e1", all.clone()).await;
+    eno_objects::composition(&comps, &c1, &synth, "uuid-e1", "2026-06-01T00:00:00Z", &s1).await;
+    wait_for("the first snapshot", || async {
+        matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
+                 Selection::Selected(s) if s.synthesis_uuid == "uuid-e1")
+    })
+    .await;
+    // Stop the controller so the edit is not repaired before the re-creation.
+    let _ = stop.send(());
+    h.await.unwrap();
+
+    // Someone hand-edits the chunk: drop the entries.
+    let mut chunk = secrets
+        .list(&ListParams::default().labels(&lineage_selector(&lineage)))
+        .await
+        .unwrap()
+        .items
+        .remove(0);
+    chunk.data = Some(
+        [(
+            "inventory.json".to_string(),
+            k8s_openapi::ByteString(b"[]".to_vec()),
+        )]
+        .into(),
+    );
+    secrets
+        .replace(
+            chunk.metadata.name.as_deref().unwrap(),
+            &PostParams::default(),
+            &chunk,
+        )
+        .await
+        .unwrap();
+
+    comps.delete(&c1, &DeleteParams::default()).await.unwrap();
+    slices.delete(&s1, &DeleteParams::default()).await.unwrap();
+    let (c2, s2) = (env.name("e2"), env.name("e2-slice"));
+    eno_objects::slice(&slices, &s2, "uuid-e2", all[..1].to_vec()).await;
+    eno_objects::composition(&comps, &c2, &synth, "uuid-e2", "2026-06-02T00:00:00Z", &s2).await;
+    let (stop, h) = start_controller(&env, Mode::Apply);
+
+    // InventoryInvalid(HashMismatch): no tombstones from doubtful history, then recording.
+    wait_for("the new snapshot", || async {
+        matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
+                 Selection::Selected(s) if s.synthesis_uuid == "uuid-e2")
+    })
+    .await;
+    let d = Decision::parse(
+        comps
+            .get(&c2)
+            .await
+            .unwrap()
+            .annotation(DECISION_ANNOTATION)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(d.outcome, Outcome::InventoryInvalid(Reason::HashMismatch));
+    assert!(
+        cms.get_opt(&names[1]).await.unwrap().is_some(),
+        "nothing deleted"
+    );
+    if env.simulated() {
+        assert!(event_reasons(&env).contains(&(c2.clone(), "InventoryInvalid".into())));
+    }
+    let _ = stop.send(());
+    h.await.unwrap();
+    for n in &names {
+        cms.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+}
