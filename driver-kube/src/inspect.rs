@@ -2,9 +2,8 @@
 //! operators who want to know what recovery would do without touching a cluster.
 
 use serde_json::Value;
-use std::collections::BTreeSet;
 use tidemark_core::inventory::{
-    present_identities, select, tombstones, Secret, Selection, SliceView, LABEL_LINEAGE,
+    present_identities, select, tombstones, Secret, Selection, SliceView,
 };
 
 /// Input that cannot be used for a decision.
@@ -114,16 +113,12 @@ pub fn choose_lineage(
     if let Some(l) = given {
         return Ok(Some(l.to_string()));
     }
-    let found: BTreeSet<&str> = secrets
-        .iter()
-        .filter_map(|s| s.labels.get(LABEL_LINEAGE).map(String::as_str))
-        .collect();
+    // Live Secrets only: terminating ones are as good as gone.
+    let found = tidemark_core::inventory::select::lineages_in(secrets);
     match found.len() {
         0 => Ok(None),
-        1 => Ok(found.into_iter().next().map(str::to_string)),
-        _ => Err(InspectError::SeveralLineages(
-            found.into_iter().collect::<Vec<_>>().join(", "),
-        )),
+        1 => Ok(found.into_iter().next()),
+        _ => Err(InspectError::SeveralLineages(found.join(", "))),
     }
 }
 
