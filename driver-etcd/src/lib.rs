@@ -12,6 +12,7 @@ pub mod error;
 pub mod exec;
 pub mod metrics;
 pub mod probe;
+pub mod verify;
 pub mod watch;
 
 pub use agent::{Agent, Core};

@@ -42,6 +42,22 @@ enum Cmd {
     Checkpoint(CheckpointArgs),
     /// Validate a config (and the files it names) without connecting; print the result.
     CheckConfig(ConfigArgs),
+    /// Compare the target range with the rewritten source range key by key; exit 0 when
+    /// equal. On a live source, retries until equal or --wait elapses.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    cfg: ConfigArgs,
+    /// Keep comparing until equal for at most this long (e.g. "30s"; "0" compares once).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    wait: std::time::Duration,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    tidemark_core::duration::parse(s)
 }
 
 #[derive(Debug, clap::Args)]
@@ -170,6 +186,7 @@ fn main() -> ExitCode {
         match cli.cmd {
             Cmd::Run(a) => run(a).await,
             Cmd::Checkpoint(a) => checkpoint(a).await,
+            Cmd::Verify(a) => verify(a).await,
             Cmd::CheckConfig(a) => {
                 let c = load(&a)?;
                 println!(
@@ -366,5 +383,33 @@ async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let config = load(&a.cfg)?;
+    let exec = Executor::from_config(&config)?;
+    let ks = tidemark_core::mirror::KeySpace::new(&config);
+    let deadline = std::time::Instant::now() + a.wait;
+    loop {
+        let c = tidemark_etcd::verify::compare(&exec, &ks)
+            .await
+            .map_err(|f| anyhow::anyhow!("comparing source and target: {f}"))?;
+        if c.equal() || std::time::Instant::now() >= deadline {
+            println!("{}", serde_json::to_string_pretty(&c)?);
+            if c.equal() {
+                eprintln!(
+                    "target == source: {} keys compared key by key",
+                    c.source_keys
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            eprintln!(
+                "target != source: {} missing, {} divergent, {} orphan",
+                c.missing, c.divergent, c.orphan
+            );
+            return Ok(ExitCode::from(1));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
