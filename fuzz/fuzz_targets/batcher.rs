@@ -1,0 +1,4 @@
+#![no_main]
+//! See `tidemark_fuzz::batcher` for what this target checks.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tidemark_fuzz::batcher::run(data));

@@ -1,0 +1,36 @@
+//! `checkpoint_decode`: the fence record is bytes anyone with target write access can edit.
+//!
+//! Properties: decoding never panics; anything accepted satisfies the documented record
+//! constraints (fail closed), re-encodes, decodes to the same record, and encodes
+//! canonically (encode . decode . encode == encode).
+
+use tidemark_core::mirror::checkpoint::{Checkpoint, VERSION};
+
+pub fn run(data: &[u8]) {
+    let Ok(c) = Checkpoint::decode(data) else {
+        return;
+    };
+    // What acceptance promises, checked independently of the decoder's own checks.
+    assert_eq!(c.v, VERSION, "accepted an unknown version");
+    assert!(!c.link.is_empty(), "accepted an empty link");
+    assert!(
+        c.holder.len() == 32 && c.holder.bytes().all(|b| b.is_ascii_hexdigit()),
+        "accepted holder {:?}",
+        c.holder
+    );
+    assert!(c.watermark >= 0, "accepted a negative watermark");
+    assert!(c.prune_floor >= 0, "accepted a negative prune_floor");
+    if let Some(s) = &c.split {
+        assert!(s.rev > c.watermark, "accepted split.rev <= watermark");
+        assert!(c.scan.is_none(), "accepted split during a scan");
+    }
+    if let Some(s) = &c.scan {
+        assert!(s.base >= 0, "accepted a negative scan.base");
+    }
+    let enc = c.encode();
+    let again = Checkpoint::decode(&enc).unwrap_or_else(|e| {
+        panic!("a record the decoder accepted does not survive re-encoding: {e}")
+    });
+    assert_eq!(again, c, "re-decoded record differs");
+    assert_eq!(again.encode(), enc, "encoding is not canonical");
+}
