@@ -89,7 +89,16 @@ impl Executor {
                     .await;
             }
             other => {
+                let t0 = std::time::Instant::now();
+                let label = other.label();
                 let result = self.run(other).await;
+                tracing::trace!(
+                    id,
+                    cmd = label,
+                    ok = result.is_ok(),
+                    micros = t0.elapsed().as_micros() as u64,
+                    "command done"
+                );
                 // The receiver is gone only when the agent stopped; nothing to do then.
                 let _ = tx.send(Input::Done { id, result }).await;
             }
