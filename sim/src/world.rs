@@ -780,7 +780,7 @@ impl World {
                 a.holder = r.status().holder.clone();
             }
             self.trace.record(self.now, agent, "out", &out);
-            if self.verbose && !matches!(out, Output::Timeout(_)) {
+            if self.verbose && !matches!(out, Output::Timeout(t) if t.0 > self.now) {
                 eprintln!(
                     "{:>12.3}ms a{agent} -> {}",
                     self.now as f64 / 1e6,

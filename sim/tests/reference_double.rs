@@ -6,7 +6,7 @@ use tidemark_sim::{ReplicatorKind, Schedule};
 #[test]
 fn reference_double_passes_seeds() {
     let mut failures = Vec::new();
-    for seed in 0..40 {
+    for seed in 0..15 {
         let s = Schedule::generate(seed, ReplicatorKind::Reference);
         let r = run(&s, false);
         if let Some(v) = &r.violation {

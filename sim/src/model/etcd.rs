@@ -104,7 +104,23 @@ pub struct EtcdCluster {
     pub cond: Conditions,
     /// Models etcd 15220/17507: progress may be sent ahead of pending events.
     pub progress_bug: bool,
+    /// Models etcd 18089: the tombstone at the compact revision is compacted away.
+    pub tombstone_bug: bool,
     watchers: BTreeMap<(ConnId, u64), Watcher>,
+}
+
+/// Whether a server drops a tombstone at exactly the compact revision, so a watch from that
+/// revision misses the delete (etcd issue 18089, fixed by PR 18274 "keep tombstone if
+/// revision == compactAtRev", backported to the 3.4 and 3.5 branches; we take 3.4.33 and
+/// 3.5.15 as the first fixed releases).
+pub fn has_compact_tombstone_bug(version: &str) -> bool {
+    let parts: Vec<u32> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+    match parts.as_slice() {
+        [3, 4, p, ..] => *p < 33,
+        [3, 5, p, ..] => *p < 15,
+        [3, m, ..] => *m < 4,
+        _ => false,
+    }
 }
 
 /// Whether a server version has the progress-notification ordering bug.
@@ -128,6 +144,7 @@ impl EtcdCluster {
             cluster_id,
             cond: Conditions::default(),
             progress_bug: has_progress_bug(version),
+            tombstone_bug: has_compact_tombstone_bug(version),
             watchers: BTreeMap::new(),
         }
     }
@@ -330,6 +347,7 @@ impl EtcdCluster {
     fn sync_one(&mut self, k: (ConnId, u64), out: &mut Vec<WatchOut>) {
         let compact = self.store.compact_rev();
         let cur = self.store.rev();
+        let tombstone_bug = self.tombstone_bug;
         let Some(w) = self.watchers.get(&k) else {
             return;
         };
@@ -354,8 +372,9 @@ impl EtcdCluster {
                 .store
                 .events_at(r)
                 .iter()
-                // The tombstone at exactly the compact revision was compacted away.
-                .filter(|e| !(r == compact && e.kind == EventKind::Delete))
+                // On affected versions the tombstone at exactly the compact revision was
+                // compacted away (etcd 18089).
+                .filter(|e| !(tombstone_bug && r == compact && e.kind == EventKind::Delete))
                 .filter(|e| in_range(&e.kv.key, &w.key, &w.end))
                 .collect();
             if !matching.is_empty() {

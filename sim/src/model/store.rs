@@ -10,8 +10,9 @@
 //! - a range pinned below the compact revision fails with `ErrCompacted`; above the current
 //!   revision with `ErrFutureRev`; the header revision is always the current one
 //!   (`kvstore_txn.go` `rangeKeys`);
-//! - compaction at C keeps, per key, the newest version at or below C unless it is a
-//!   tombstone (`key_index.go` `compact`), so a watch from C can miss a delete at exactly C.
+//! - compaction at C keeps, per key, the newest version at or below C; before the fix of
+//!   etcd issue 18089 a tombstone at exactly C was dropped (`key_index.go` `compact`), so a
+//!   watch from C could miss that delete (modelled per version in [`super::etcd`]).
 //!
 //! The store keeps its whole history even past compaction: the compact revision only
 //! refuses requests below it, so the checker can still read `source@W` for any W.
@@ -297,8 +298,7 @@ impl Store {
         Ok(())
     }
 
-    /// Events of revision `rev` as a watcher would read them from the backend: a tombstone
-    /// at exactly the compact revision is gone (`key_index.go` `compact`).
+    /// Events of revision `rev` (the watch layer applies compaction effects).
     pub fn events_at(&self, rev: i64) -> &[Event] {
         if rev < 2 || rev > self.rev {
             return &[];
