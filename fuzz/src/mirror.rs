@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use tidemark_core::classify::{classify, Code, Failure, PermanentKind};
 use tidemark_core::config::{InitialSyncMode, MirrorConfig, OversizedRevision};
 use tidemark_core::etcd::*;
-use tidemark_core::mirror::checkpoint::Checkpoint;
+use tidemark_core::mirror::checkpoint::{Checkpoint, CheckpointError};
 use tidemark_core::mirror::{Control, Input, Mirror, Output};
 use tidemark_core::Instant;
 
@@ -45,6 +45,23 @@ fn tracing() -> bool {
 /// harness stops polling) so fuzzing can go past it; `tests/regressions.rs` asserts it still
 /// reproduces. Set to `false` once core is fixed.
 pub static TOLERATE_PAST_DEADLINE_SPIN: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// Open bug (found by `sim/tests/state_machine_mirror.rs`, shrunk case in
+/// `open_bug_split_during_genesis_writes_an_unreadable_checkpoint`): a source revision larger
+/// than one Txn arriving while genesis replays is split, and the mirror writes a record with
+/// both `split` and `scan` set, which `Checkpoint::decode` rejects, so the next start fails
+/// with `CheckpointInvalid`. Tolerated here so fuzzing can go past it. Set to `false` once fixed.
+pub static TOLERATE_SPLIT_DURING_SCAN: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// Open bug `open-bugs/mirror_core/genesis-resumed-after-scan-finishes-at-base`: an agent
+/// restarted after the scan completed (fence `scan = {base, scanned: true}`) opens the watch at
+/// `base + 1` and at once writes the final record with `watermark = base`, although the
+/// unpinned scan wrote values of later revisions: the target is then ahead of the watermark
+/// (invariant (a) broken until the replay catches up). While set, the harness does not crash
+/// an agent in that window. Set to `false` once fixed.
+pub static AVOID_RESTART_AFTER_SCAN: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
 const MAX_OUTPUTS_PER_DRAIN: usize = 20_000;
@@ -478,8 +495,16 @@ impl World {
             *key, self.fence,
             "success branch does not end with the fence Put"
         );
-        let rec = Checkpoint::decode(value)
-            .unwrap_or_else(|e| panic!("the mirror wrote a checkpoint it cannot read: {e}"));
+        let rec = match Checkpoint::decode(value) {
+            Ok(rec) => rec,
+            // Open bug: see TOLERATE_SPLIT_DURING_SCAN.
+            Err(CheckpointError::BadField { field: "split", .. })
+                if TOLERATE_SPLIT_DURING_SCAN.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                return;
+            }
+            Err(e) => panic!("the mirror wrote a checkpoint it cannot read: {e}"),
+        };
         assert_eq!(
             rec.holder,
             self.mirror.status().holder,
@@ -688,6 +713,17 @@ impl World {
     }
 
     fn restart(&mut self, apply_inflight: bool) {
+        if AVOID_RESTART_AFTER_SCAN.load(std::sync::atomic::Ordering::Relaxed) {
+            let scanned = self
+                .target
+                .kvs
+                .get(&self.fence)
+                .and_then(|kv| Checkpoint::decode(&kv.value).ok())
+                .is_some_and(|c| c.scan.is_some_and(|s| s.scanned));
+            if scanned {
+                return;
+            }
+        }
         let pending = std::mem::take(&mut self.pending);
         if apply_inflight {
             for (_, cmd) in &pending {
@@ -717,7 +753,15 @@ impl World {
         let Some(fence) = self.target.kvs.get(&self.fence) else {
             return;
         };
-        let rec = Checkpoint::decode(&fence.value).expect("the fence holds a valid record");
+        let rec = match Checkpoint::decode(&fence.value) {
+            Ok(rec) => rec,
+            Err(CheckpointError::BadField { field: "split", .. })
+                if TOLERATE_SPLIT_DURING_SCAN.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                return;
+            }
+            Err(e) => panic!("the fence holds an unreadable record: {e}"),
+        };
         // Watermark 0 promises nothing: the claim before genesis (as in the sim's checker).
         if !rec.is_consistent() || rec.watermark == 0 {
             return;

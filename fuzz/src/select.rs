@@ -116,7 +116,8 @@ pub fn run(data: &[u8]) {
     let Ok(plan) = Plan::arbitrary_take_rest(Unstructured::new(data)) else {
         return;
     };
-    let limit = 120 + usize::from(plan.limit) * 4;
+    // The largest entry here (a namespaced, annotated Deployment) needs about 130 bytes.
+    let limit = 200 + usize::from(plan.limit) * 4;
     let mut built: Vec<Built> = Vec::new();
     for s in plan.snaps.iter().take(4) {
         let entries = normalize(s.entries.iter().take(24).map(entry).collect());

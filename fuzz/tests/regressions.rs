@@ -57,7 +57,12 @@ fn open_bugs_still_reproduce() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     use std::sync::atomic::Ordering;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("open-bugs");
-    tidemark_fuzz::mirror::TOLERATE_PAST_DEADLINE_SPIN.store(false, Ordering::Relaxed);
+    let m = &tidemark_fuzz::mirror::TOLERATE_PAST_DEADLINE_SPIN;
+    let r = &tidemark_fuzz::mirror::AVOID_RESTART_AFTER_SCAN;
+    let d = &tidemark_fuzz::mirror::TOLERATE_SPLIT_DURING_SCAN;
+    for flag in [m, r, d] {
+        flag.store(false, Ordering::Relaxed);
+    }
     for (target, run) in tidemark_fuzz::TARGETS {
         let Ok(entries) = std::fs::read_dir(root.join(target)) else {
             continue;
@@ -73,5 +78,7 @@ fn open_bugs_still_reproduce() {
             );
         }
     }
-    tidemark_fuzz::mirror::TOLERATE_PAST_DEADLINE_SPIN.store(true, Ordering::Relaxed);
+    for flag in [m, r, d] {
+        flag.store(true, Ordering::Relaxed);
+    }
 }
