@@ -152,6 +152,30 @@ async fn checkpoint_subcommand_and_config_errors() {
     let rev = revision(&src).await;
     let s = a.wait("synced", 20 * SEC, |s| synced(s, rev)).await;
     assert!(s["conditions"]["Available"]["status"] == true);
+    // The admin surface.
+    let (code, metrics) = a.http("GET", "/metrics").unwrap();
+    assert_eq!(code, 200);
+    for m in [
+        "tidemark_mirror_watermark_revision",
+        "tidemark_mirror_source_revision",
+        "tidemark_mirror_lag_revisions",
+        "tidemark_mirror_lag_seconds",
+        "tidemark_mirror_applied_txns_total",
+        "tidemark_mirror_applied_ops_total",
+        "tidemark_mirror_applied_bytes_total",
+        "tidemark_mirror_forced_resyncs_total",
+        "tidemark_mirror_backoff_attempt{kind=\"transient\"}",
+        "tidemark_mirror_condition{type=\"Available\"} 1",
+    ] {
+        assert!(metrics.contains(m), "missing {m} in /metrics:\n{metrics}");
+    }
+    assert_eq!(a.http("GET", "/healthz").unwrap().0, 200);
+    assert_eq!(a.http("GET", "/readyz").unwrap().0, 200);
+    assert_eq!(a.http("POST", "/v1/pause").unwrap().0, 200);
+    a.wait("paused", 10 * SEC, |s| s["phase"] == "Paused").await;
+    assert_eq!(a.http("POST", "/v1/resume").unwrap().0, 200);
+    a.wait("resumed", 10 * SEC, |s| s["phase"] == "Syncing")
+        .await;
     assert!(a.term().success());
     let out = std::process::Command::new(bin())
         .args(["checkpoint", "-c"])

@@ -283,17 +283,24 @@ impl Proc {
         }
     }
 
-    /// `/statusz` as JSON, or `None` while the server is not up.
-    pub fn statusz(&self) -> Option<serde_json::Value> {
+    /// One HTTP/1.0 request to the admin server: (status code, body).
+    pub fn http(&self, method: &str, path: &str) -> Option<(u16, String)> {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(&self.admin).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(b"GET /statusz HTTP/1.0\r\nHost: x\r\n\r\n")
-            .ok()?;
+        let req = format!("{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+        s.write_all(req.as_bytes()).ok()?;
         let mut buf = String::new();
         s.read_to_string(&mut buf).ok()?;
-        let body = buf.split("\r\n\r\n").nth(1)?;
-        serde_json::from_str(body).ok()
+        let (head, body) = buf.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_string()))
+    }
+
+    /// `/statusz` as JSON, or `None` while the server is not up.
+    pub fn statusz(&self) -> Option<serde_json::Value> {
+        let (_, body) = self.http("GET", "/statusz")?;
+        serde_json::from_str(&body).ok()
     }
 
     /// Polls `/statusz` until `pred` holds.
