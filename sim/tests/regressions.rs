@@ -17,7 +17,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn load(p: &Path) -> SavedRun {
-    let text = std::fs::read_to_string(p).unwrap();
+    let text = std::fs::read_to_string(p).expect("regression file is readable");
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

@@ -176,7 +176,7 @@ impl Store {
                     kvs.push(kv)
                 });
                 // Stable sort: ties keep key order, as etcd's sort of a key-ordered range does.
-                kvs.sort_by(|a, b| b.mod_revision.cmp(&a.mod_revision));
+                kvs.sort_by_key(|kv| std::cmp::Reverse(kv.mod_revision));
                 if r.count_only {
                     kvs.clear();
                 }
