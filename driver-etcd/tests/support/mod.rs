@@ -89,6 +89,7 @@ pub struct Etcd {
     pub version: V,
     bin: PathBuf,
     args: Vec<String>,
+    tls_client: Option<tidemark_core::config::TlsSpec>,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -104,6 +105,10 @@ pub struct Flags {
     pub max_request_bytes: Option<u64>,
     pub quota_backend_bytes: Option<u64>,
     pub progress_notify_interval: Option<&'static str>,
+    /// Serve clients over TLS with these server flags; the health check connects with
+    /// `tls_client`.
+    pub tls_server: Vec<String>,
+    pub tls_client: Option<tidemark_core::config::TlsSpec>,
 }
 
 impl Etcd {
@@ -114,7 +119,12 @@ impl Etcd {
         for attempt in 0..3 {
             let cport = free_port();
             let pport = free_port();
-            let url = format!("http://127.0.0.1:{cport}");
+            let scheme = if flags.tls_server.is_empty() {
+                "http"
+            } else {
+                "https"
+            };
+            let url = format!("{scheme}://127.0.0.1:{cport}");
             let peer = format!("http://127.0.0.1:{pport}");
             let mut args: Vec<String> = vec![
                 "--name=t".into(),
@@ -139,7 +149,9 @@ impl Etcd {
             if let Some(i) = flags.progress_notify_interval {
                 args.push(format!("--experimental-watch-progress-notify-interval={i}"));
             }
+            args.extend(flags.tls_server.iter().cloned());
             let mut e = Etcd {
+                tls_client: flags.tls_client.clone(),
                 child: None,
                 dir,
                 url,
@@ -188,6 +200,14 @@ impl Etcd {
     async fn wait_healthy(&self, within: Duration) -> bool {
         let t0 = Instant::now();
         while t0.elapsed() < within {
+            if self.tls_client.is_some() {
+                let conn = ClusterConn::new(Cluster::Source, self.settings());
+                if conn.get().await.is_ok() {
+                    return true;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
             if let Ok(mut c) = etcd_client::Client::connect([self.url.as_str()], None).await {
                 if c.status().await.is_ok() && c.get("health", None).await.is_ok() {
                     return true;
@@ -232,7 +252,17 @@ impl Etcd {
 
     /// Connection settings for the driver.
     pub fn settings(&self) -> ConnSettings {
-        ConnSettings::plain(vec![self.url.clone()], Duration::from_secs(5))
+        match &self.tls_client {
+            Some(t) => {
+                let spec = tidemark_core::config::EndpointSpec {
+                    endpoint_list: vec![self.url.clone()],
+                    tls: Some(t.clone()),
+                    ..Default::default()
+                };
+                ConnSettings::from_spec("test", &spec, Duration::from_secs(5)).expect("tls files")
+            }
+            None => ConnSettings::plain(vec![self.url.clone()], Duration::from_secs(5)),
+        }
     }
 }
 
