@@ -236,3 +236,132 @@ impl Core for tidemark_core::mirror::Mirror {
         tidemark_core::mirror::Mirror::status(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connect::{ClusterConn, ConnSettings};
+    use std::sync::{Arc, Mutex};
+    use tidemark_core::classify::Failure;
+    use tidemark_core::etcd::{Cluster, Reply};
+
+    /// A scripted core: waits 50ms, asks for one command, records what comes back, and
+    /// stops when told to shut down.
+    #[derive(Debug, Default)]
+    struct Script {
+        seen: Arc<Mutex<Vec<Input>>>,
+        issued: u32,
+        wake_at: Option<Instant>,
+        stop: bool,
+        status: Status,
+    }
+
+    impl Core for Script {
+        fn handle_input(&mut self, _now: Instant, input: Input) {
+            if matches!(input, Input::Control(Control::Shutdown)) {
+                self.stop = true;
+            }
+            self.seen.lock().expect("lock").push(input);
+        }
+        fn poll_output(&mut self, now: Instant) -> Output {
+            if self.stop {
+                return Output::Stopped(StopReason::Shutdown);
+            }
+            let wake = *self.wake_at.get_or_insert(now + Duration::from_millis(50));
+            if now < wake {
+                return Output::Timeout(wake);
+            }
+            match self.issued {
+                0 => {
+                    self.issued = 1;
+                    Output::Command {
+                        id: 1,
+                        cmd: Command::CancelWatch { watch_id: 9 },
+                    }
+                }
+                1 => {
+                    self.issued = 2;
+                    Output::Command {
+                        id: 2,
+                        cmd: Command::Status {
+                            cluster: Cluster::Source,
+                        },
+                    }
+                }
+                _ => Output::Timeout(now + Duration::from_secs(3600)),
+            }
+        }
+        fn status(&self) -> &Status {
+            &self.status
+        }
+    }
+
+    fn unreachable_executor() -> Executor {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("free port");
+        let s = ConnSettings::plain(
+            vec![format!("http://127.0.0.1:{port}")],
+            Duration::from_secs(1),
+        );
+        let c = Arc::new(ClusterConn::new(Cluster::Source, s));
+        Executor::new(c.clone(), c, Duration::from_secs(1))
+    }
+
+    #[tokio::test]
+    async fn honours_timeouts_feeds_completions_and_shuts_down() {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let core = Script {
+            seen: seen.clone(),
+            ..Default::default()
+        };
+        let agent = Agent::new(core, unreachable_executor(), AgentOptions::default());
+        let (_ctl_tx, ctl_rx) = mpsc::channel(1);
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let t0 = std::time::Instant::now();
+        let waiter = {
+            let seen = seen.clone();
+            async move {
+                // Shut down once both completions are in.
+                loop {
+                    if seen.lock().expect("lock").len() >= 2 {
+                        let _ = stop_tx.send(());
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        };
+        let mut sink = NoSink;
+        let run = agent.run(
+            ctl_rx,
+            async move {
+                let _ = stop_rx.await;
+            },
+            &mut sink,
+        );
+        let ((reason, _), ()) = tokio::join!(run, waiter);
+        assert_eq!(reason, StopReason::Shutdown);
+        assert!(
+            t0.elapsed() >= Duration::from_millis(50),
+            "timeout honoured"
+        );
+        let seen = seen.lock().expect("lock");
+        assert!(matches!(
+            seen[0],
+            Input::Done {
+                id: 1,
+                result: Ok(Reply::Ok)
+            }
+        ));
+        assert!(matches!(
+            seen[1],
+            Input::Done {
+                id: 2,
+                result: Err(Failure::Transient { .. })
+            }
+        ));
+        assert!(matches!(seen[2], Input::Control(Control::Shutdown)));
+    }
+}
