@@ -84,11 +84,11 @@ fn valid_selects_newest_and_computes_tombstones() {
         j["tombstones"][2],
         serde_json::json!({"group":"apiextensions.k8s.io","version":"v1","kind":"CustomResourceDefinition","name":"widgets.example.com"})
     );
-    // Deletion order puts the CRD (group -1) first and web-legacy (group 2) last.
+    // Eno's deletion order: web-legacy (group 2) first, the CRD (group -1) last.
     let order: Vec<String> = deletion_order(&t).into_iter().map(|e| e.name).collect();
     assert_eq!(
         order,
-        ["widgets.example.com", "web-old-creds", "web", "web-legacy"]
+        ["web-legacy", "web-old-creds", "web", "widgets.example.com"]
     );
 }
 

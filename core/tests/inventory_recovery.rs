@@ -203,16 +203,7 @@ fn object(uid: &str, ann: &[(&str, &str)]) -> Result<Reply, KubeError> {
 fn applies_tombstones_in_deletion_group_order_skipping_orphans() {
     let mut r = Run::new(Mode::Apply);
     r.through_selection(old_snapshot());
-    // Tombstones: early (group -1) first, then orphan, plain (group 0, name order).
-    r.get_comp(comp());
-    r.expect(Command::GetResource { id: id("early") }, object("ue", &[]));
-    r.expect(
-        Command::DeleteResource {
-            id: id("early"),
-            uid: "ue".into(),
-        },
-        Ok(Reply::Deleted),
-    );
+    // Eno's order: group 0 first (orphan, plain in name order), then early (group -1) last.
     r.get_comp(comp());
     r.expect(
         Command::GetResource { id: id("orphan") },
@@ -222,6 +213,15 @@ fn applies_tombstones_in_deletion_group_order_skipping_orphans() {
     r.expect(
         Command::GetResource { id: id("plain") },
         Err(KubeError::NotFound),
+    );
+    r.get_comp(comp());
+    r.expect(Command::GetResource { id: id("early") }, object("ue", &[]));
+    r.expect(
+        Command::DeleteResource {
+            id: id("early"),
+            uid: "ue".into(),
+        },
+        Ok(Reply::Deleted),
     );
     r.get_comp(comp());
     r.patch(
@@ -239,9 +239,9 @@ fn applies_tombstones_in_deletion_group_order_skipping_orphans() {
             assert_eq!(
                 plan.results,
                 vec![
-                    (id("early"), DeleteResult::Deleted),
                     (id("orphan"), DeleteResult::SkippedOrphan),
                     (id("plain"), DeleteResult::AlreadyAbsent),
+                    (id("early"), DeleteResult::Deleted),
                 ]
             );
             // Never a current identity (keep) nor an Eno tombstone (eno-tombstoned).

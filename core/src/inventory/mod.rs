@@ -76,7 +76,7 @@ pub const ANN_LINEAGE: &str = "eno.azure.io/inventory-lineage";
 pub const ANN_RECOVERY_ENABLED: &str = "eno.azure.io/recovery-enabled";
 /// Kept on inventory entries: Eno's readiness ordering.
 pub const ANN_READINESS_GROUP: &str = "eno.azure.io/readiness-group";
-/// Kept on inventory entries: Eno's deletion ordering (lower first).
+/// Kept on inventory entries: Eno's deletion ordering (highest group first).
 pub const ANN_DELETION_GROUP: &str = "eno.azure.io/deletion-group";
 /// On a downstream object: `orphan` means never delete it.
 pub const ANN_DELETION_STRATEGY: &str = "eno.azure.io/deletion-strategy";

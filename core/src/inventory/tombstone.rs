@@ -16,16 +16,16 @@ pub fn tombstones(selected: &[Entry], present: &BTreeSet<Identity>) -> Vec<Entry
     )
 }
 
-/// The order recovery deletes in, following Eno's `eno.azure.io/deletion-group`: lower
-/// groups first; an absent or unparseable annotation counts as group 0 (so CRDs annotated
-/// `-1` go before ordinary resources, and resources annotated `1+` after them); ties in the
-/// inventory sort order. Deletes are issued in this order; waiting for finalizers between
-/// groups is left to Eno's semantics of each resource.
+/// The order recovery deletes in, following Eno's `eno.azure.io/deletion-group`: the
+/// highest group first and negative groups last, as Eno's own resource tree deletes
+/// (Azure/eno `internal/resource/tree_test.go`, `TestTreeDeletionGroups`). An absent or
+/// unparseable annotation counts as group 0; ties keep the inventory sort order. Deletes are
+/// issued in this order; waiting for finalizers between groups is left to each resource.
 pub fn deletion_order(tombstones: &[Entry]) -> Vec<Entry> {
     let mut out = tombstones.to_vec();
     out.sort_by(|a, b| {
-        a.deletion_group()
-            .cmp(&b.deletion_group())
+        b.deletion_group()
+            .cmp(&a.deletion_group())
             .then_with(|| a.sort_cmp(b))
     });
     out
@@ -60,7 +60,8 @@ mod tests {
             e("A", "junk", Some("x")),
         ];
         let names: Vec<_> = deletion_order(&t).into_iter().map(|e| e.name).collect();
-        assert_eq!(names, ["early", "junk", "plain", "late"]);
+        // Highest group first, negative last; "junk" and "plain" are group 0.
+        assert_eq!(names, ["late", "junk", "plain", "early"]);
     }
 
     #[test]
