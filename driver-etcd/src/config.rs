@@ -128,12 +128,6 @@ fn check_endpoint_files(side: &str, ep: &EndpointSpec, out: &mut Vec<ConfigProbl
                 "secretRef/caBundleRef are only resolved by the Kubernetes controller; use caFile/certFile/keyFile".into(),
             );
         }
-        if t.insecure_skip_verify && t.insecure_skip_verify_acknowledge_risk {
-            push(
-                format!("{side}.tls.insecureSkipVerify"),
-                "is not supported by this build (rustls verification cannot be disabled); set caFile to the server's CA and serverName if needed".into(),
-            );
-        }
         if ep.endpoint_list.iter().any(|u| u.starts_with("http://")) {
             push(
                 format!("{side}.endpointList"),

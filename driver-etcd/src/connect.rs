@@ -8,7 +8,7 @@ use crate::error::{deadline_failure, failure_from, DriverError};
 use crate::probe;
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use std::time::Duration;
-use tidemark_core::classify::Failure;
+use tidemark_core::classify::{classify, Code, Failure};
 use tidemark_core::config::{AuthSpec, EndpointSpec, TlsSpec};
 use tidemark_core::etcd::{Cluster, StatusReply};
 use tokio::sync::Mutex;
@@ -23,7 +23,7 @@ pub struct ConnSettings {
     /// Endpoint URLs, tried in order with rotation on failure.
     pub endpoints: Vec<String>,
     user: Option<(String, String)>,
-    tls: Option<TlsOptions>,
+    tls: Option<Tls>,
     /// Deadline for connecting (and the connect-time probe).
     pub connect_timeout: Duration,
 }
@@ -93,8 +93,8 @@ impl ConnSettings {
         if let Some((u, p)) = &self.user {
             o = o.with_user(u.clone(), p.clone());
         }
-        if let Some(t) = &self.tls {
-            o = o.with_tls(t.clone());
+        if let Some(Tls::Verified(t)) = &self.tls {
+            o = o.with_tls((**t).clone());
         }
         o
     }
@@ -107,27 +107,21 @@ fn read_file(field: String, path: &str) -> Result<Vec<u8>, DriverError> {
     })
 }
 
-fn load_tls(side: &str, t: &TlsSpec) -> Result<TlsOptions, DriverError> {
-    if t.insecure_skip_verify {
-        // tonic's rustls client has no switch to disable verification; refuse rather than
-        // silently verify against nothing.
-        return Err(DriverError::Credentials {
-            field: format!("{side}.tls.insecureSkipVerify"),
-            message: "is not supported by this build; set caFile to the server's CA bundle (and serverName if the certificate names another host)".into(),
-        });
-    }
-    let mut o = TlsOptions::new();
-    if let Some(ca) = &t.ca_file {
-        let pem = read_file(format!("{side}.tls.caFile"), ca)?;
-        o = o.ca_certificate(Certificate::from_pem(pem));
-    }
-    match (&t.cert_file, &t.key_file) {
-        (Some(c), Some(k)) => {
-            let cert = read_file(format!("{side}.tls.certFile"), c)?;
-            let key = read_file(format!("{side}.tls.keyFile"), k)?;
-            o = o.identity(Identity::from_pem(cert, key));
-        }
-        (None, None) => {}
+/// How one side speaks TLS.
+#[derive(Clone, Debug)]
+enum Tls {
+    Verified(Box<TlsOptions>),
+    /// `insecureSkipVerify` with the acknowledgement: encrypted, server not authenticated.
+    Unverified(crate::insecure::InsecureTls),
+}
+
+fn load_tls(side: &str, t: &TlsSpec) -> Result<Tls, DriverError> {
+    let identity = match (&t.cert_file, &t.key_file) {
+        (Some(c), Some(k)) => Some((
+            read_file(format!("{side}.tls.certFile"), c)?,
+            read_file(format!("{side}.tls.keyFile"), k)?,
+        )),
+        (None, None) => None,
         (Some(_), None) => {
             return Err(DriverError::Credentials {
                 field: format!("{side}.tls.keyFile"),
@@ -140,11 +134,37 @@ fn load_tls(side: &str, t: &TlsSpec) -> Result<TlsOptions, DriverError> {
                 message: "keyFile is set but certFile is not; set both or neither".into(),
             })
         }
+    };
+    if t.insecure_skip_verify {
+        if !t.insecure_skip_verify_acknowledge_risk {
+            return Err(DriverError::Credentials {
+                field: format!("{side}.tls.insecureSkipVerifyAcknowledgeRisk"),
+                message: "must be true to use insecureSkipVerify (anyone on the path can impersonate the server)".into(),
+            });
+        }
+        tracing::warn!(
+            side,
+            "TLS server verification is disabled (insecureSkipVerify)"
+        );
+        return crate::insecure::InsecureTls::new(identity, t.server_name.clone())
+            .map(Tls::Unverified)
+            .map_err(|message| DriverError::Credentials {
+                field: format!("{side}.tls"),
+                message,
+            });
+    }
+    let mut o = TlsOptions::new();
+    if let Some(ca) = &t.ca_file {
+        let pem = read_file(format!("{side}.tls.caFile"), ca)?;
+        o = o.ca_certificate(Certificate::from_pem(pem));
+    }
+    if let Some((cert, key)) = identity {
+        o = o.identity(Identity::from_pem(cert, key));
     }
     if let Some(n) = &t.server_name {
         o = o.domain_name(n.clone());
     }
-    Ok(o)
+    Ok(Tls::Verified(Box::new(o)))
 }
 
 fn load_auth(side: &str, a: &AuthSpec) -> Result<Option<(String, String)>, DriverError> {
@@ -245,9 +265,20 @@ impl ClusterConn {
             .unwrap_or_default();
         let t = self.settings.connect_timeout;
         let attempt = async {
-            let mut client = Client::connect([endpoint.as_str()], Some(self.settings.options()))
-                .await
-                .map_err(|e| failure_from(&e))?;
+            let mut client = match &self.settings.tls {
+                Some(Tls::Unverified(insecure)) => {
+                    let channel = insecure
+                        .channel(&endpoint, self.settings.connect_timeout)
+                        .map_err(|m| classify(Code::InvalidArgument, &m))?;
+                    Client::from_channel(
+                        etcd_client::Channel::Tonic(channel),
+                        Some(self.settings.options()),
+                    )
+                    .await
+                }
+                _ => Client::connect([endpoint.as_str()], Some(self.settings.options())).await,
+            }
+            .map_err(|e| failure_from(&e))?;
             let probe = probe::status(&mut client).await?;
             Ok::<_, Failure>((client, probe))
         };

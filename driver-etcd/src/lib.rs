@@ -10,6 +10,7 @@ pub mod config;
 pub mod connect;
 pub mod error;
 pub mod exec;
+pub mod insecure;
 pub mod metrics;
 pub mod probe;
 pub mod verify;

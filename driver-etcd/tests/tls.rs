@@ -159,6 +159,37 @@ async fn tls(v: V) {
     // Wrong CA: the server is not trusted.
     let r = conn(&e.url, spec(other.path(), None, true)).get().await;
     assert!(matches!(r, Err(Failure::Transient { .. })), "{:?}", r.err());
+    // insecureSkipVerify (acknowledged): no CA at all, wrong server name, still connects
+    // and authenticates with the client certificate.
+    let mut t = spec(d.path(), Some("wrong.test"), true);
+    t.ca_file = None;
+    t.insecure_skip_verify = true;
+    t.insecure_skip_verify_acknowledge_risk = true;
+    let c = conn(&e.url, t.clone());
+    c.get().await.unwrap();
+    let x = tidemark_etcd::Executor::new(
+        std::sync::Arc::new(c),
+        std::sync::Arc::new(conn(&e.url, t.clone())),
+        Duration::from_secs(3),
+    );
+    x.run(tidemark_core::etcd::Command::Status {
+        cluster: Cluster::Target,
+    })
+    .await
+    .unwrap();
+    // ... but never without the acknowledgement.
+    t.insecure_skip_verify_acknowledge_risk = false;
+    let ep = EndpointSpec {
+        endpoint_list: vec![e.url.clone()],
+        tls: Some(t),
+        ..Default::default()
+    };
+    let err = ConnSettings::from_spec("target", &ep, Duration::from_secs(3)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("insecureSkipVerifyAcknowledgeRisk"),
+        "{err}"
+    );
     // No client certificate while the server requires one.
     let r = conn(&e.url, spec(d.path(), None, false)).get().await;
     assert!(
