@@ -585,3 +585,33 @@ async fn overwrite_and_prune(v: V) {
     a.shutdown().await;
 }
 both_versions!(overwrite_and_prune_removes_stale_keys, overwrite_and_prune);
+
+async fn source_restart(v: V) {
+    let Some((mut src, tgt)) = pair(v, Flags::default()).await else {
+        return;
+    };
+    load(&src, "/app/", 100, 8).await;
+    let mut a = InProc::start(config(&src, "/app/", &tgt, "/mirror/"), 16);
+    let rev = revision(&src).await;
+    a.wait("synced", 20 * SEC, |s| {
+        syncing(s) && s.last_applied_revision >= rev
+    })
+    .await;
+    // The source goes away under the watch and comes back on the same address.
+    src.restart().await;
+    let mut c = src.client().await;
+    for i in 0..20 {
+        c.put(format!("/app/after-restart{i}"), "x", None)
+            .await
+            .unwrap();
+    }
+    c.delete("/app/k00005", None).await.unwrap();
+    let rev = revision(&src).await;
+    a.wait("caught up after the source restart", 30 * SEC, |s| {
+        s.last_applied_revision >= rev
+    })
+    .await;
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    a.shutdown().await;
+}
+both_versions!(source_restart_during_tail_reconnects, source_restart);
