@@ -90,6 +90,8 @@ pub struct Agent {
     pub retire_at: Option<u64>,
     /// Commands issued but not completed: (id, is a target Txn).
     pub in_flight: BTreeSet<u64>,
+    /// Conditions currently raised (for rising-edge coverage marks).
+    pub raised: BTreeSet<tidemark_core::mirror::ConditionType>,
 }
 
 impl Agent {

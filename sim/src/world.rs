@@ -403,8 +403,18 @@ impl World {
                 if !self.source.cond.leader_lost {
                     self.source.sync_tick(&mut out);
                 }
+                for m in self.source.take_marks() {
+                    self.coverage.mark(m);
+                }
                 self.route(out);
-                self.push(self.now + SYNC_TICK, Ev::SyncTick);
+                // etcd syncs unsynced watchers every 100 ms; when none are behind, a slower
+                // tick only expires leases (1 s granularity is plenty for TTLs of seconds).
+                let gap = if self.source.has_unsynced() {
+                    SYNC_TICK
+                } else {
+                    10 * SYNC_TICK
+                };
+                self.push(self.now + gap, Ev::SyncTick);
             }
             Ev::ProgressTick => {
                 let mut out = Vec::new();
@@ -709,6 +719,7 @@ impl World {
                 restart_at: None,
                 retire_at: None,
                 in_flight: BTreeSet::new(),
+                raised: BTreeSet::new(),
             });
         }
         if self.agents[agent as usize].stopped.is_some() {
@@ -734,6 +745,7 @@ impl World {
                 a.stopped = None;
                 a.restart_at = None;
                 a.holder.clear();
+                a.raised.clear();
                 self.trace.record(self.now, agent, "start", &seed);
                 self.coverage.mark("agent.start");
                 self.drive(agent);
@@ -813,21 +825,29 @@ impl World {
         });
     }
 
+    /// Counts each rising edge of a noteworthy condition.
     fn sample_conditions(&mut self, agent: u32) {
-        let Some(r) = self.agents[agent as usize].replicator.as_ref() else {
+        let a = &mut self.agents[agent as usize];
+        let Some(r) = a.replicator.as_ref() else {
             return;
         };
         for (t, c) in &r.status().conditions {
-            if c.status
-                && !matches!(
-                    t,
-                    ConditionType::Available
-                        | ConditionType::SourceReachable
-                        | ConditionType::TargetReachable
-                        | ConditionType::InvariantsHeld
-                )
-            {
+            if matches!(
+                t,
+                ConditionType::Available
+                    | ConditionType::SourceReachable
+                    | ConditionType::TargetReachable
+                    | ConditionType::InvariantsHeld
+                    | ConditionType::InitialSyncComplete
+            ) {
+                continue;
+            }
+            let was = a.raised.contains(t);
+            if c.status && !was {
+                a.raised.insert(*t);
                 self.coverage.mark_condition(t.name());
+            } else if !c.status && was {
+                a.raised.remove(t);
             }
         }
     }

@@ -107,6 +107,8 @@ pub struct EtcdCluster {
     /// Models etcd 18089: the tombstone at the compact revision is compacted away.
     pub tombstone_bug: bool,
     watchers: BTreeMap<(ConnId, u64), Watcher>,
+    /// Coverage marks of rare model paths, drained by the world.
+    marks: Vec<&'static str>,
 }
 
 /// Whether a server drops a tombstone at exactly the compact revision, so a watch from that
@@ -146,7 +148,13 @@ impl EtcdCluster {
             progress_bug: has_progress_bug(version),
             tombstone_bug: has_compact_tombstone_bug(version),
             watchers: BTreeMap::new(),
+            marks: Vec::new(),
         }
+    }
+
+    /// Rare model paths hit since the last call (coverage).
+    pub fn take_marks(&mut self) -> Vec<&'static str> {
+        std::mem::take(&mut self.marks)
     }
 
     /// Number of open watches.
@@ -185,6 +193,9 @@ impl EtcdCluster {
             }
             Command::RequestProgress { watch_id } => {
                 if let Some(w) = self.watchers.get(&(conn, *watch_id)) {
+                    if !w.synced && self.progress_bug {
+                        self.marks.push("model.progress_ahead_of_events");
+                    }
                     if w.synced || self.progress_bug {
                         out.push(WatchOut {
                             conn,
@@ -249,9 +260,9 @@ impl EtcdCluster {
                 TxnOp::Get { key } => reads.push(self.store.get(key).cloned()),
             }
         }
-        let events = self.store.write(&muts);
-        if !events.is_empty() {
-            self.notify(self.store.rev(), &events, out);
+        if !self.store.write(&muts).is_empty() {
+            let rev = self.store.rev();
+            notify(&mut self.watchers, rev, self.store.events_at(rev), out);
         }
         Ok(TxnReply {
             succeeded: ok,
@@ -262,17 +273,17 @@ impl EtcdCluster {
 
     /// A write that does not come through a command (the source workload).
     pub fn write(&mut self, muts: &[Mutation], out: &mut Vec<WatchOut>) -> i64 {
-        let events = self.store.write(muts);
-        if !events.is_empty() {
-            self.notify(self.store.rev(), &events, out);
+        if !self.store.write(muts).is_empty() {
+            let rev = self.store.rev();
+            notify(&mut self.watchers, rev, self.store.events_at(rev), out);
         }
         self.store.rev()
     }
 
     /// Expires leases at `now`, delivering their delete revisions.
     pub fn expire_leases(&mut self, now: u64, out: &mut Vec<WatchOut>) {
-        for (rev, evs) in self.store.expire_leases(now) {
-            self.notify(rev, &evs, out);
+        for rev in self.store.expire_leases(now) {
+            notify(&mut self.watchers, rev, self.store.events_at(rev), out);
         }
     }
 
@@ -297,32 +308,6 @@ impl EtcdCluster {
         );
         if !synced {
             self.sync_one((conn, w.watch_id), out);
-        }
-    }
-
-    /// Synced watchers get each write revision as one response (`notify`).
-    fn notify(&mut self, rev: i64, events: &[Event], out: &mut Vec<WatchOut>) {
-        for w in self.watchers.values_mut() {
-            if !w.synced || w.next_rev > rev {
-                continue;
-            }
-            let evs: Vec<Event> = events
-                .iter()
-                .filter(|e| in_range(&e.kv.key, &w.key, &w.end))
-                .cloned()
-                .collect();
-            w.next_rev = rev + 1;
-            if !evs.is_empty() {
-                w.sent_since_tick = true;
-                out.push(WatchOut {
-                    conn: w.conn,
-                    watch_id: w.watch_id,
-                    event: WatchEvent::Events {
-                        header_revision: rev,
-                        events: evs,
-                    },
-                });
-            }
         }
     }
 
@@ -363,6 +348,16 @@ impl EtcdCluster {
             self.watchers.remove(&k);
             return;
         }
+        if tombstone_bug
+            && w.next_rev <= compact
+            && self
+                .store
+                .events_at(compact)
+                .iter()
+                .any(|e| e.kind == EventKind::Delete && in_range(&e.kv.key, &w.key, &w.end))
+        {
+            self.marks.push("model.tombstone_at_compact_dropped");
+        }
         let mut evs = Vec::new();
         let mut revs = 0usize;
         let mut next = cur + 1;
@@ -389,6 +384,9 @@ impl EtcdCluster {
         }
         let w = self.watchers.get_mut(&k).expect("watcher checked above");
         w.next_rev = next;
+        if next <= cur {
+            self.marks.push("model.watch_catch_up_continued");
+        }
         w.synced = next > cur;
         if !evs.is_empty() {
             w.sent_since_tick = true;
@@ -410,6 +408,9 @@ impl EtcdCluster {
         let bug = self.progress_bug;
         for w in self.watchers.values_mut() {
             if (w.synced || bug) && !w.sent_since_tick {
+                if !w.synced {
+                    self.marks.push("model.progress_ahead_of_events");
+                }
                 out.push(WatchOut {
                     conn: w.conn,
                     watch_id: w.watch_id,
@@ -462,6 +463,37 @@ impl EtcdCluster {
     /// Compacts, as `etcdctl compact`.
     pub fn compact(&mut self, rev: i64) -> Result<(), Failure> {
         self.store.compact(rev).map_err(store_err)
+    }
+}
+
+/// Synced watchers get each write revision as one response (`notify`).
+fn notify(
+    watchers: &mut BTreeMap<(ConnId, u64), Watcher>,
+    rev: i64,
+    events: &[Event],
+    out: &mut Vec<WatchOut>,
+) {
+    for w in watchers.values_mut() {
+        if !w.synced || w.next_rev > rev {
+            continue;
+        }
+        let evs: Vec<Event> = events
+            .iter()
+            .filter(|e| in_range(&e.kv.key, &w.key, &w.end))
+            .cloned()
+            .collect();
+        w.next_rev = rev + 1;
+        if !evs.is_empty() {
+            w.sent_since_tick = true;
+            out.push(WatchOut {
+                conn: w.conn,
+                watch_id: w.watch_id,
+                event: WatchEvent::Events {
+                    header_revision: rev,
+                    events: evs,
+                },
+            });
+        }
     }
 }
 

@@ -201,9 +201,9 @@ impl Store {
         })
     }
 
-    /// Applies one write transaction as one revision. Returns the events (empty if nothing
+    /// Applies one write transaction as one revision. Returns its events (empty if nothing
     /// changed, in which case the revision does not move).
-    pub fn write(&mut self, muts: &[Mutation]) -> Vec<Event> {
+    pub fn write(&mut self, muts: &[Mutation]) -> &[Event] {
         let new_rev = self.rev + 1;
         let mut events = Vec::new();
         for m in muts {
@@ -265,14 +265,15 @@ impl Store {
                 }
             }
         }
-        if !events.is_empty() {
-            self.rev = new_rev;
-            self.log.push(RevisionLog {
-                rev: new_rev,
-                events: events.clone(),
-            });
+        if events.is_empty() {
+            return &[];
         }
-        events
+        self.rev = new_rev;
+        self.log.push(RevisionLog {
+            rev: new_rev,
+            events,
+        });
+        &self.log[self.log.len() - 1].events
     }
 
     fn push_version(&mut self, key: &[u8], rev: i64, v: Version) {
@@ -320,9 +321,9 @@ impl Store {
     }
 
     /// Revokes every lease expired at `now`: each revocation deletes its keys in one
-    /// revision (`server/lease/lessor.go` revoke runs one delete txn). Returns the events
-    /// of each revision written.
-    pub fn expire_leases(&mut self, now: u64) -> Vec<(i64, Vec<Event>)> {
+    /// revision (`server/lease/lessor.go` revoke runs one delete txn). Returns the
+    /// revisions written.
+    pub fn expire_leases(&mut self, now: u64) -> Vec<i64> {
         let expired: Vec<i64> = self
             .leases
             .iter()
@@ -342,9 +343,8 @@ impl Store {
                     end: Vec::new(),
                 })
                 .collect();
-            let evs = self.write(&muts);
-            if !evs.is_empty() {
-                out.push((self.rev, evs));
+            if !self.write(&muts).is_empty() {
+                out.push(self.rev);
             }
         }
         out
@@ -465,7 +465,7 @@ mod tests {
         assert!(s.expire_leases(50).is_empty());
         let out = s.expire_leases(100);
         assert_eq!(out.len(), 1);
-        assert_eq!(out[0].1.len(), 2);
+        assert_eq!(s.events_at(out[0]).len(), 2);
         assert!(s.get(b"x").is_none());
     }
 }
