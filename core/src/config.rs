@@ -10,6 +10,7 @@ use std::time::Duration;
 
 /// What the agent is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Mode {
     /// Replicate continuously.
     #[default]
@@ -20,6 +21,7 @@ pub enum Mode {
 
 /// How genesis treats a target range that already holds keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum InitialSyncMode {
     /// Refuse unless the target range holds nothing but our fence.
     #[default]
@@ -32,6 +34,7 @@ pub enum InitialSyncMode {
 
 /// What to do with one source revision too large for a single target Txn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum OversizedRevision {
     /// Split it across several fenced Txns, recording progress in the checkpoint.
     #[default]
@@ -42,6 +45,7 @@ pub enum OversizedRevision {
 
 /// A reference to a Kubernetes Service fronting etcd (EtcdMirror API).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ServiceRef {
     pub name: String,
@@ -53,6 +57,7 @@ pub struct ServiceRef {
 
 /// A reference to a Kubernetes Secret holding credentials.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretRef {
     pub name: String,
@@ -61,6 +66,7 @@ pub struct SecretRef {
 /// TLS settings for one endpoint set. Files are for the config file; `secretRef` and
 /// `caBundleRef` are for the custom resource.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TlsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,6 +89,7 @@ pub struct TlsSpec {
 
 /// Username/password auth.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AuthSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -96,6 +103,7 @@ pub struct AuthSpec {
 
 /// One side of the link.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EndpointSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -113,6 +121,7 @@ pub struct EndpointSpec {
 
 /// `initialSync`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InitialSyncSpec {
     #[serde(default)]
@@ -124,10 +133,13 @@ pub struct InitialSyncSpec {
 
 /// `sync.reconnectBackoff`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BackoffSpec {
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_1s", with = "duration")]
     pub initial_delay: Duration,
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_30s", with = "duration")]
     pub max_delay: Duration,
 }
@@ -143,6 +155,7 @@ impl Default for BackoffSpec {
 
 /// `sync`: batching, paging, pacing and retry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SyncSpec {
     /// Inserted between `target.prefix` and the source-relative key.
@@ -171,6 +184,7 @@ pub struct SyncSpec {
     #[serde(default)]
     pub max_ops_per_second: u32,
     /// Deadline for each unary RPC (never the watch).
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_10s", with = "duration")]
     pub request_timeout: Duration,
     #[serde(default)]
@@ -178,15 +192,18 @@ pub struct SyncSpec {
     #[serde(default)]
     pub oversized_revision: OversizedRevision,
     /// How often to ask the source for a watch progress notification.
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_45s", with = "duration")]
     pub progress_interval: Duration,
     /// Consecutive forced resyncs without live progress before `ResyncLoopDetected`.
     #[serde(default = "default_resync_loop_threshold")]
     pub resync_loop_threshold: u32,
     /// How often to probe a target parked on NOSPACE.
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_1m", with = "duration")]
     pub quota_probe_interval: Duration,
     /// Lag (seconds) above which `ReplicationLagExceeded` is raised.
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_1m", with = "duration")]
     pub max_lag: Duration,
 }
@@ -215,6 +232,7 @@ impl Default for SyncSpec {
 
 /// `checkpoint`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CheckpointSpec {
     /// Full target key of the fence. Default: `target.prefix + destPrefix + "\0tidemark-checkpoint"`.
@@ -224,10 +242,12 @@ pub struct CheckpointSpec {
 
 /// `reconciliation`: the periodic diff-and-repair pass.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReconciliationSpec {
     #[serde(default)]
     pub enabled: bool,
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_10m", with = "duration")]
     pub interval: Duration,
     /// Delete target keys the source does not have (otherwise only report them).
@@ -247,6 +267,7 @@ impl Default for ReconciliationSpec {
 
 /// The whole EtcdMirror spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MirrorConfig {
     /// Identity of this link (the EtcdMirror's UID). Default: derived from the prefixes,
