@@ -60,7 +60,8 @@ fn open_bugs_still_reproduce() {
     let m = &tidemark_fuzz::mirror::TOLERATE_PAST_DEADLINE_SPIN;
     let r = &tidemark_fuzz::mirror::AVOID_RESTART_AFTER_SCAN;
     let d = &tidemark_fuzz::mirror::TOLERATE_SPLIT_DURING_SCAN;
-    for flag in [m, r, d] {
+    let b = &tidemark_fuzz::mirror::TOLERATE_BACKWARDS_WATCH_REVISIONS;
+    for flag in [m, r, d, b] {
         flag.store(false, Ordering::Relaxed);
     }
     for (target, run) in tidemark_fuzz::TARGETS {
@@ -78,7 +79,7 @@ fn open_bugs_still_reproduce() {
             );
         }
     }
-    for flag in [m, r, d] {
+    for flag in [m, r, d, b] {
         flag.store(true, Ordering::Relaxed);
     }
 }
