@@ -73,6 +73,16 @@ pub static AVOID_RESTART_AFTER_SCAN: std::sync::atomic::AtomicBool =
 pub static TOLERATE_BACKWARDS_WATCH_REVISIONS: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
+/// Open bug `open-bugs/mirror_core/genesis-untrusted-probe-misses-deletes`: with a source
+/// whose progress notifications are not trusted (3.5.9 here), genesis decides the replay has
+/// caught up from the highest in-scope mod revision (a `ModRevisionDescending` range). Keys
+/// deleted since the scan are invisible to that probe, so after the watch is reopened genesis
+/// finishes at `scan.base` although the scan already wrote values of later revisions (the
+/// target is ahead of the watermark). While set, honest runs use trusted versions only.
+/// Set to `false` once fixed.
+pub static AVOID_UNTRUSTED_GENESIS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
 const MAX_OUTPUTS_PER_DRAIN: usize = 20_000;
 const VERSIONS: [&str; 6] = ["3.5.13", "3.5.9", "3.4.31", "3.4.20", "3.6.1", "3.3.27"];
 
@@ -833,6 +843,17 @@ impl World {
     }
 }
 
+/// The source's server version. While `AVOID_UNTRUSTED_GENESIS` is set, honest runs only use
+/// versions whose progress notifications are trusted.
+fn source_version(plan: &Plan) -> String {
+    let i = usize::from(plan.source_version);
+    if !plan.chaos && AVOID_UNTRUSTED_GENESIS.load(std::sync::atomic::Ordering::Relaxed) {
+        let trusted = ["3.5.13", "3.4.31", "3.6.1"];
+        return trusted[i % trusted.len()].into();
+    }
+    VERSIONS[i % VERSIONS.len()].into()
+}
+
 fn config(plan: &Plan) -> MirrorConfig {
     let mut cfg = MirrorConfig::new(SRC_PREFIX, TGT_PREFIX);
     cfg.source.endpoint_list = vec!["http://source:2379".into()];
@@ -895,7 +916,7 @@ pub fn run(data: &[u8]) {
         foreign,
         untouchable,
         versions: (
-            VERSIONS[usize::from(plan.source_version) % VERSIONS.len()].into(),
+            source_version(&plan),
             VERSIONS[usize::from(plan.target_version) % VERSIONS.len()].into(),
         ),
         mirror,

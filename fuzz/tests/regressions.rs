@@ -61,7 +61,8 @@ fn open_bugs_still_reproduce() {
     let r = &tidemark_fuzz::mirror::AVOID_RESTART_AFTER_SCAN;
     let d = &tidemark_fuzz::mirror::TOLERATE_SPLIT_DURING_SCAN;
     let b = &tidemark_fuzz::mirror::TOLERATE_BACKWARDS_WATCH_REVISIONS;
-    for flag in [m, r, d, b] {
+    let u = &tidemark_fuzz::mirror::AVOID_UNTRUSTED_GENESIS;
+    for flag in [m, r, d, b, u] {
         flag.store(false, Ordering::Relaxed);
     }
     for (target, run) in tidemark_fuzz::TARGETS {
@@ -79,7 +80,7 @@ fn open_bugs_still_reproduce() {
             );
         }
     }
-    for flag in [m, r, d, b] {
+    for flag in [m, r, d, b, u] {
         flag.store(true, Ordering::Relaxed);
     }
 }
