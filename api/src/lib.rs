@@ -4,6 +4,7 @@
 //! cannot drift apart. The CRD schema is generated from those types and then extended with the
 //! CEL rules of [`rules`], so the apiserver refuses the same mistakes the agent would.
 
+pub mod resolve;
 pub mod rules;
 pub mod status;
 pub mod writer;
@@ -14,6 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tidemark_core::config::MirrorConfig;
 
+pub use resolve::{resolve, ResolveError, Resolved};
 pub use status::{Condition, EtcdMirrorStatus, WallClock};
 pub use writer::{Published, ResourceRef, StatusWriter, WriteError};
 
