@@ -31,6 +31,8 @@ enum Pending {
     ReadTarget,
     Write,
     Watch,
+    /// A pinned read at the watermark before watching from W+1 (etcd 18089 guard).
+    CheckCompact(i64),
     Ignore,
 }
 
@@ -273,7 +275,22 @@ impl RefReplicator {
             self.resync = true;
             self.begin_genesis();
         } else if f.is_consistent() && f.watermark > 0 {
-            self.open_watch(f.watermark + 1);
+            // A watch from W+1 == compact revision can miss a delete at W+1 on etcd < 3.5.15
+            // (etcd 18089); a read pinned at W fails exactly when W < compact revision.
+            let (k, e) = self.keys.source_range();
+            self.send(
+                Command::Range(RangeRequest {
+                    cluster: Cluster::Source,
+                    key: k,
+                    range_end: e,
+                    revision: f.watermark,
+                    limit: 1,
+                    count_only: true,
+                    keys_only: false,
+                    sort: SortBy::Key,
+                }),
+                Pending::CheckCompact(f.watermark),
+            );
         } else {
             self.resync = f.watermark > 0 || f.scan.is_some() || f.split.is_some();
             self.begin_genesis();
@@ -301,6 +318,11 @@ impl RefReplicator {
     fn on_done(&mut self, now: Instant, p: Pending, result: Result<Reply, Failure>) {
         let reply = match result {
             Ok(r) => r,
+            Err(Failure::Compacted { .. }) if matches!(p, Pending::CheckCompact(_)) => {
+                self.status.forced_resync_count += 1;
+                self.resync = true;
+                return self.begin_genesis();
+            }
             Err(_) => {
                 if matches!(p, Pending::Ignore) {
                     return;
@@ -423,6 +445,7 @@ impl RefReplicator {
                 self.fence = Some(ck);
                 self.after_write();
             }
+            (Pending::CheckCompact(w), Reply::Range(_)) => self.open_watch(w + 1),
             (Pending::Watch, _) | (Pending::Ignore, _) => {}
             _ => self.restart(now),
         }
