@@ -6,10 +6,13 @@
 use kube_cel::{
     compile_schema, estimate_rule_cost, CompiledSchema, ErrorKind, Validator, WarningKind,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeSet;
 use tidemark_api::rules::rules;
 use tidemark_core::config::MirrorConfig;
+
+mod common;
+use common::{cases, object};
 
 fn deploy_path(file: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -96,28 +99,6 @@ fn rules_have_bounded_cost() {
     }
 }
 
-fn base() -> Value {
-    json!({
-        "source": {"endpointList": ["http://127.0.0.1:2379"], "prefix": "/app/"},
-        "target": {"endpointList": ["http://127.0.0.1:22379"], "prefix": "/mirror/"}
-    })
-}
-
-fn with(edit: impl FnOnce(&mut Value)) -> Value {
-    let mut v = base();
-    edit(&mut v);
-    v
-}
-
-fn object(spec: &Value) -> Value {
-    json!({
-        "apiVersion": "tidemark.dev/v1alpha1",
-        "kind": "EtcdMirror",
-        "metadata": {"name": "m", "namespace": "ns"},
-        "spec": spec,
-    })
-}
-
 /// The ids of the rules the CRD rejects `spec` (updated from `old`) with.
 fn crd_verdict(schema: &Value, spec: &Value, old: Option<&Value>) -> BTreeSet<&'static str> {
     let all = rules();
@@ -146,302 +127,6 @@ fn agent_verdict(spec: &Value) -> Result<(), String> {
     c.validate().map_err(|e| e.to_string())
 }
 
-struct Case {
-    name: &'static str,
-    spec: Value,
-    /// For an update: the stored object.
-    old: Option<Value>,
-    /// The rule expected to reject it, or None when it is valid.
-    rejected_by: Option<&'static str>,
-}
-
-fn case(name: &'static str, rejected_by: Option<&'static str>, spec: Value) -> Case {
-    Case {
-        name,
-        spec,
-        old: None,
-        rejected_by,
-    }
-}
-
-fn update(name: &'static str, rejected_by: Option<&'static str>, old: Value, new: Value) -> Case {
-    Case {
-        name,
-        spec: new,
-        old: Some(old),
-        rejected_by,
-    }
-}
-
-fn cases() -> Vec<Case> {
-    let nul = "\u{0}";
-    vec![
-        // Valid objects.
-        case("minimal", None, base()),
-        case(
-            "service ref instead of endpoints",
-            None,
-            with(|v| {
-                v["source"] =
-                    json!({"serviceRef": {"name": "etcd", "port": 2379}, "prefix": "/app/"})
-            }),
-        ),
-        case(
-            "https with tls from a Secret",
-            None,
-            with(|v| {
-                v["source"]["endpointList"] = json!(["https://etcd-0:2379", "https://etcd-1:2379"]);
-                v["source"]["tls"] = json!({"secretRef": {"name": "etcd-client"}, "caBundleRef": {"name": "etcd-ca"}});
-            }),
-        ),
-        case(
-            "https with empty tls (system roots)",
-            None,
-            with(|v| {
-                v["target"]["endpointList"] = json!(["https://t:2379"]);
-                v["target"]["tls"] = json!({});
-            }),
-        ),
-        case(
-            "insecureSkipVerify acknowledged",
-            None,
-            with(|v| {
-                v["source"]["endpointList"] = json!(["https://s:2379"]);
-                v["source"]["tls"] =
-                    json!({"insecureSkipVerify": true, "insecureSkipVerifyAcknowledgeRisk": true});
-            }),
-        ),
-        case(
-            "auth from a Secret",
-            None,
-            with(|v| v["target"]["auth"] = json!({"secretRef": {"name": "etcd-auth"}})),
-        ),
-        case(
-            "startRevision with Overwrite",
-            None,
-            with(|v| v["initialSync"] = json!({"mode": "Overwrite", "startRevision": 100})),
-        ),
-        case(
-            "startRevision with OverwriteAndPrune",
-            None,
-            with(|v| v["initialSync"] = json!({"mode": "OverwriteAndPrune", "startRevision": 1})),
-        ),
-        case(
-            "explicit checkpoint key under the range",
-            None,
-            with(|v| v["checkpoint"] = json!({"key": format!("/mirror/{nul}fence")})),
-        ),
-        case(
-            "checkpoint key under target prefix + destPrefix",
-            None,
-            with(|v| {
-                v["sync"] = json!({"destPrefix": "d/"});
-                v["checkpoint"] = json!({"key": format!("/mirror/d/{nul}k")});
-            }),
-        ),
-        case(
-            "empty target prefix with a destPrefix",
-            None,
-            with(|v| {
-                v["target"]["prefix"] = json!("");
-                v["sync"] = json!({"destPrefix": "copy/"});
-            }),
-        ),
-        // Invalid objects, each with the rule that catches it.
-        case(
-            "both endpointList and serviceRef",
-            Some("exactly-one-endpoint"),
-            with(|v| v["source"]["serviceRef"] = json!({"name": "etcd"})),
-        ),
-        case(
-            "neither endpointList nor serviceRef",
-            Some("exactly-one-endpoint"),
-            with(|v| v["target"] = json!({"prefix": "/mirror/"})),
-        ),
-        case(
-            "empty endpointList",
-            Some("exactly-one-endpoint"),
-            with(|v| v["target"]["endpointList"] = json!([])),
-        ),
-        case(
-            "endpoint without a scheme",
-            Some("endpoint-url-form"),
-            with(|v| v["source"]["endpointList"] = json!(["127.0.0.1:2379"])),
-        ),
-        case(
-            "endpoint with another scheme",
-            Some("endpoint-url-form"),
-            with(|v| v["source"]["endpointList"] = json!(["unix://etcd.sock"])),
-        ),
-        case(
-            "endpoint without a host",
-            Some("endpoint-url-form"),
-            with(|v| v["target"]["endpointList"] = json!(["http://"])),
-        ),
-        case(
-            "https without tls",
-            Some("scheme-matches-tls"),
-            with(|v| v["source"]["endpointList"] = json!(["https://s:2379"])),
-        ),
-        case(
-            "tls with http",
-            Some("scheme-matches-tls"),
-            with(|v| v["target"]["tls"] = json!({"secretRef": {"name": "c"}})),
-        ),
-        case(
-            "mixed schemes with tls",
-            Some("scheme-matches-tls"),
-            with(|v| {
-                v["source"]["endpointList"] = json!(["https://a:2379", "http://b:2379"]);
-                v["source"]["tls"] = json!({});
-            }),
-        ),
-        case(
-            "mixed schemes without tls",
-            Some("scheme-matches-tls"),
-            with(|v| v["source"]["endpointList"] = json!(["http://a:2379", "https://b:2379"])),
-        ),
-        case(
-            "insecureSkipVerify without acknowledgement",
-            Some("insecure-skip-verify-acknowledged"),
-            with(|v| {
-                v["target"]["endpointList"] = json!(["https://t:2379"]);
-                v["target"]["tls"] = json!({"insecureSkipVerify": true});
-            }),
-        ),
-        case(
-            "empty tls.secretRef.name",
-            Some("ref-name-not-empty"),
-            with(|v| {
-                v["source"]["endpointList"] = json!(["https://s:2379"]);
-                v["source"]["tls"] = json!({"secretRef": {"name": ""}});
-            }),
-        ),
-        case(
-            "empty tls.caBundleRef.name",
-            Some("ref-name-not-empty"),
-            with(|v| {
-                v["target"]["endpointList"] = json!(["https://t:2379"]);
-                v["target"]["tls"] = json!({"caBundleRef": {"name": ""}});
-            }),
-        ),
-        case(
-            "empty auth.secretRef.name",
-            Some("ref-name-not-empty"),
-            with(|v| v["source"]["auth"] = json!({"secretRef": {"name": ""}})),
-        ),
-        case(
-            "empty serviceRef.name",
-            Some("ref-name-not-empty"),
-            with(|v| v["target"] = json!({"serviceRef": {"name": ""}, "prefix": "/mirror/"})),
-        ),
-        case(
-            "startRevision with RequireEmpty",
-            Some("start-revision-needs-overwrite"),
-            with(|v| v["initialSync"] = json!({"mode": "RequireEmpty", "startRevision": 5})),
-        ),
-        case(
-            "startRevision with the default mode",
-            Some("start-revision-needs-overwrite"),
-            with(|v| v["initialSync"] = json!({"startRevision": 5})),
-        ),
-        case(
-            "negative startRevision",
-            Some("start-revision-not-negative"),
-            with(|v| v["initialSync"] = json!({"mode": "Overwrite", "startRevision": -1})),
-        ),
-        case(
-            "checkpoint key outside the range",
-            Some("checkpoint-key-under-target-range"),
-            with(|v| v["checkpoint"] = json!({"key": format!("/elsewhere/{nul}x")})),
-        ),
-        case(
-            "checkpoint key equal to the range base",
-            Some("checkpoint-key-under-target-range"),
-            with(|v| v["checkpoint"] = json!({"key": "/mirror/"})),
-        ),
-        case(
-            "checkpoint key without a NUL",
-            Some("checkpoint-key-under-target-range"),
-            with(|v| v["checkpoint"] = json!({"key": "/mirror/fence"})),
-        ),
-        case(
-            "checkpoint key missing the destPrefix",
-            Some("checkpoint-key-under-target-range"),
-            with(|v| {
-                v["sync"] = json!({"destPrefix": "d/"});
-                v["checkpoint"] = json!({"key": format!("/mirror/{nul}k")});
-            }),
-        ),
-        case(
-            "whole target keyspace",
-            Some("target-range-not-whole-keyspace"),
-            with(|v| v["target"]["prefix"] = json!("")),
-        ),
-        // Updates. Transition rules only the apiserver can check: the agent sees one object.
-        update(
-            "update of mutable fields",
-            None,
-            base(),
-            with(|v| {
-                v["mode"] = json!("Drain");
-                v["sync"] = json!({"maxTxnOps": 64});
-                v["reconciliation"] = json!({"enabled": true});
-            }),
-        ),
-        update(
-            "update keeping the defaults explicit",
-            None,
-            base(),
-            with(|v| {
-                v["sync"] = json!({"destPrefix": "", "excludePrefixes": []});
-            }),
-        ),
-        update(
-            "source.prefix changed",
-            Some("immutable-source-prefix"),
-            base(),
-            with(|v| v["source"]["prefix"] = json!("/other/")),
-        ),
-        update(
-            "target.prefix changed",
-            Some("immutable-target-prefix"),
-            base(),
-            with(|v| v["target"]["prefix"] = json!("/mirror2/")),
-        ),
-        update(
-            "destPrefix added",
-            Some("immutable-dest-prefix"),
-            base(),
-            with(|v| v["sync"] = json!({"destPrefix": "d/"})),
-        ),
-        update(
-            "excludePrefixes changed",
-            Some("immutable-exclude-prefixes"),
-            with(|v| v["sync"] = json!({"excludePrefixes": ["tmp/"]})),
-            with(|v| v["sync"] = json!({"excludePrefixes": ["tmp/", "cache/"]})),
-        ),
-        update(
-            "excludePrefixes removed",
-            Some("immutable-exclude-prefixes"),
-            with(|v| v["sync"] = json!({"excludePrefixes": ["tmp/"]})),
-            base(),
-        ),
-        update(
-            "checkpoint.key changed",
-            Some("immutable-checkpoint-key"),
-            with(|v| v["checkpoint"] = json!({"key": format!("/mirror/{nul}a")})),
-            with(|v| v["checkpoint"] = json!({"key": format!("/mirror/{nul}b")})),
-        ),
-        update(
-            "checkpoint.key removed",
-            Some("immutable-checkpoint-key"),
-            with(|v| v["checkpoint"] = json!({"key": format!("/mirror/{nul}a")})),
-            base(),
-        ),
-    ]
-}
-
 /// The schema without `default`s: the rules must not depend on the apiserver having defaulted
 /// the object (objects stored before a default existed are not re-defaulted).
 fn strip_defaults(v: &mut Value) {
@@ -463,6 +148,9 @@ fn every_rule_accepts_and_rejects_what_validate_does() {
     let mut failures = Vec::new();
     let mut seen = BTreeSet::new();
     for c in cases() {
+        // Rejections must come from validate(), not from parsing.
+        serde_json::from_value::<MirrorConfig>(c.spec.clone())
+            .unwrap_or_else(|e| panic!("{}: does not parse as a MirrorConfig: {e}", c.name));
         let crd = crd_verdict(&schema, &c.spec, c.old.as_ref());
         let undefaulted = crd_verdict(&bare, &c.spec, c.old.as_ref());
         if undefaulted != crd {

@@ -177,3 +177,11 @@ fn example_etcdmirror_is_valid() {
         .validate(schema, &doc, None)
         .expect("the CRD rules accept the example");
 }
+
+#[test]
+fn checked_in_crd_reads_back_as_the_generated_one() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let text = std::fs::read_to_string(deploy_dir().join("crd.yaml")).unwrap();
+    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(crd, tidemark_api::crd());
+}
