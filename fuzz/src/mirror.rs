@@ -64,13 +64,18 @@ pub static TOLERATE_SPLIT_DURING_SCAN: std::sync::atomic::AtomicBool =
 pub static AVOID_RESTART_AFTER_SCAN: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
-/// Open bug `open-bugs/mirror_core/backwards-watch-revisions-unreadable-split` (chaos mode:
-/// a misbehaving server): one watch response whose revisions go backwards (26699, 32255, then
-/// 32125) is not rejected; events are only dropped against the watermark at feed time, so the
-/// lower revision is applied after the higher one and, split, is recorded as
-/// `split.rev <= watermark`, a record `Checkpoint::decode` rejects. Tolerated so fuzzing can
-/// go past it. Set to `false` once core rejects (or drops) non-increasing revisions.
-pub static TOLERATE_BACKWARDS_WATCH_REVISIONS: std::sync::atomic::AtomicBool =
+/// Open bugs, chaos mode only (a misbehaving server): the core does not sanity-check the
+/// revisions servers send and records them, producing fence records `Checkpoint::decode`
+/// rejects (so the next start fails with `CheckpointInvalid`):
+/// - `open-bugs/mirror_core/backwards-watch-revisions-unreadable-split`: one watch response
+///   whose revisions go backwards (26699, 32255, then 32125) is applied in that order, and the
+///   lower one, split, is recorded as `split.rev <= watermark`;
+/// - `open-bugs/mirror_core/negative-header-revision-unreadable-scan`: a range reply with a
+///   negative header revision becomes `scan.base`.
+///
+/// Tolerated in chaos mode so fuzzing can go past them. Set to `false` once core validates
+/// server revisions (non-negative, non-decreasing within a watch).
+pub static TOLERATE_CHAOS_UNREADABLE_RECORD: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
 /// Open bug `open-bugs/mirror_core/genesis-untrusted-probe-misses-deletes`: with a source
@@ -522,12 +527,11 @@ impl World {
             {
                 return;
             }
-            // Open bug (chaos only): see TOLERATE_BACKWARDS_WATCH_REVISIONS.
-            Err(CheckpointError::BadField {
-                field: "split.rev", ..
-            }) if self.chaos
-                && TOLERATE_BACKWARDS_WATCH_REVISIONS
-                    .load(std::sync::atomic::Ordering::Relaxed) =>
+            // Open bugs (chaos only): see TOLERATE_CHAOS_UNREADABLE_RECORD.
+            Err(CheckpointError::BadField { .. })
+                if self.chaos
+                    && TOLERATE_CHAOS_UNREADABLE_RECORD
+                        .load(std::sync::atomic::Ordering::Relaxed) =>
             {
                 return;
             }

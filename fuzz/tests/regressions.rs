@@ -60,7 +60,7 @@ fn open_bugs_still_reproduce() {
     let m = &tidemark_fuzz::mirror::TOLERATE_PAST_DEADLINE_SPIN;
     let r = &tidemark_fuzz::mirror::AVOID_RESTART_AFTER_SCAN;
     let d = &tidemark_fuzz::mirror::TOLERATE_SPLIT_DURING_SCAN;
-    let b = &tidemark_fuzz::mirror::TOLERATE_BACKWARDS_WATCH_REVISIONS;
+    let b = &tidemark_fuzz::mirror::TOLERATE_CHAOS_UNREADABLE_RECORD;
     let u = &tidemark_fuzz::mirror::AVOID_UNTRUSTED_GENESIS;
     for flag in [m, r, d, b, u] {
         flag.store(false, Ordering::Relaxed);
