@@ -89,9 +89,25 @@ pub fn crd() -> CustomResourceDefinition {
 
 /// The CRD as YAML, exactly as checked in at `deploy/crd.yaml`.
 pub fn crd_yaml() -> String {
-    let body = serde_yaml::to_string(&crd()).expect("a CRD serialises to YAML");
+    // Sorted keys throughout, so the text does not depend on whether some crate in the build
+    // turned on serde_json's `preserve_order`.
+    let value = sorted(serde_json::to_value(crd()).expect("a CRD serialises to JSON"));
+    let body = serde_yaml::to_string(&value).expect("a CRD serialises to YAML");
     format!(
         "# Generated from the tidemark-api types; do not edit.\n\
          # Regenerate: cargo run -p tidemark-api --example crd > deploy/crd.yaml\n{body}"
     )
+}
+
+fn sorted(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<_> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(entries.into_iter().map(|(k, v)| (k, sorted(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(sorted).collect()),
+        other => other,
+    }
 }
