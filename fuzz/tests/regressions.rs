@@ -62,7 +62,8 @@ fn open_bugs_still_reproduce() {
     let d = &tidemark_fuzz::mirror::TOLERATE_SPLIT_DURING_SCAN;
     let b = &tidemark_fuzz::mirror::TOLERATE_CHAOS_UNREADABLE_RECORD;
     let u = &tidemark_fuzz::mirror::AVOID_UNTRUSTED_GENESIS;
-    for flag in [m, r, d, b, u] {
+    let w = &tidemark_fuzz::mirror::AVOID_SWEEP_TXN_FAILURE;
+    for flag in [m, r, d, b, u, w] {
         flag.store(false, Ordering::Relaxed);
     }
     for (target, run) in tidemark_fuzz::TARGETS {
@@ -80,7 +81,7 @@ fn open_bugs_still_reproduce() {
             );
         }
     }
-    for flag in [m, r, d, b, u] {
+    for flag in [m, r, d, b, u, w] {
         flag.store(true, Ordering::Relaxed);
     }
 }
