@@ -51,7 +51,9 @@ async fn read_all(
                 key: key.clone(),
                 range_end: end.clone(),
                 revision: 0,
-                limit: 1000,
+                // Large pages: etcd counts the whole remaining range on every limited
+                // read, so small pages make a full scan quadratic.
+                limit: 10_000,
                 count_only: false,
                 keys_only: false,
                 sort: SortBy::Key,
