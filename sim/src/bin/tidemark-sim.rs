@@ -277,8 +277,15 @@ fn report_failure(sch: &Schedule, r: &RunResult, dir: Option<&Path>, budget: usi
             path.display()
         );
     } else {
+        let faulty = match sch.options.faulty {
+            Some(FaultyMode::DropFenceCompare) => " --faulty drop-fence-compare",
+            Some(FaultyMode::ReorderCommits) => " --faulty reorder-commits",
+            Some(FaultyMode::DropWatchEvent) => " --faulty drop-watch-event",
+            Some(FaultyMode::ApplyTwiceAfterCrash) => " --faulty apply-twice-after-crash",
+            None => "",
+        };
         println!(
-            "replay: cargo run -p tidemark-sim --release -- run --seeds 1 --seed {}{}",
+            "replay: cargo run -p tidemark-sim --release -- run --seeds 1 --seed {}{}{faulty} (or add --save-failures DIR to keep the shrunk schedule)",
             r.seed,
             match sch.options.replicator {
                 ReplicatorKind::Reference => " --replicator reference",
