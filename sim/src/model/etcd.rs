@@ -658,6 +658,66 @@ mod tests {
         ));
     }
 
+    fn put_mut(k: &str) -> Mutation {
+        Mutation::Put {
+            key: k.as_bytes().to_vec(),
+            value: b"v".to_vec(),
+            lease: 0,
+        }
+    }
+
+    #[test]
+    fn watch_from_compact_revision_loses_the_tombstone_on_old_servers() {
+        for (version, lost) in [("3.5.13", true), ("3.5.15", false), ("3.6.4", false)] {
+            let mut c = EtcdCluster::new("s", version, 1);
+            let mut out = Vec::new();
+            c.write(&[put_mut("a")], &mut out); // rev 2
+            c.write(
+                &[Mutation::DeleteRange {
+                    key: b"a".to_vec(),
+                    end: vec![],
+                }],
+                &mut out,
+            ); // rev 3
+            c.compact(3).unwrap();
+            let w = WatchRequest {
+                watch_id: 1,
+                key: b"a".to_vec(),
+                range_end: vec![],
+                start_revision: 3,
+            };
+            c.execute(7, &Command::Watch(w), &mut out).unwrap();
+            let got_delete = out.iter().any(|o| matches!(&o.event, WatchEvent::Events { events, .. } if events.iter().any(|e| e.kind == EventKind::Delete)));
+            assert_eq!(got_delete, !lost, "{version}");
+        }
+    }
+
+    #[test]
+    fn progress_ahead_of_pending_events_only_on_buggy_servers() {
+        for (version, ahead) in [("3.5.12", true), ("3.5.13", false)] {
+            let mut c = EtcdCluster::new("s", version, 1);
+            let mut out = Vec::new();
+            for i in 0..1500 {
+                c.write(&[put_mut(&format!("k{i}"))], &mut out);
+            }
+            let w = WatchRequest {
+                watch_id: 1,
+                key: b"k".to_vec(),
+                range_end: b"l".to_vec(),
+                start_revision: 2,
+            };
+            c.execute(7, &Command::Watch(w), &mut out).unwrap();
+            out.clear();
+            // Still unsynced after the first 1000-revision batch.
+            c.execute(7, &Command::RequestProgress { watch_id: 1 }, &mut out)
+                .unwrap();
+            let progress = out
+                .iter()
+                .any(|o| matches!(o.event, WatchEvent::Progress { .. }));
+            assert_eq!(progress, ahead, "{version}");
+        }
+    }
+
     #[test]
     fn progress_bug_versions() {
         assert!(has_progress_bug("3.5.12"));
