@@ -3,7 +3,8 @@
 #   - etcd 3.4 from Debian's stable suite (packages etcd-server, etcd-client), system-wide;
 #   - etcd 3.5 from Debian's newer suites, downloaded as a .deb and unpacked under a cache
 #     dir with `dpkg-deb -x` (never installed over the system one).
-# Also installs protobuf-compiler (etcd-client's build script runs protoc).
+# Also installs protobuf-compiler (etcd-client's build script runs protoc) and the openssl
+# CLI (the TLS tests generate a throwaway CA).
 #
 # Idempotent. Uses only the Debian mirror already configured on this machine.
 # Prints `export TIDEMARK_ETCD_34=...` and `export TIDEMARK_ETCD_35=...` on stdout as its last
@@ -34,6 +35,8 @@ need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# The TLS integration tests mint a throwaway CA with the openssl CLI.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ "${#need[@]}" -gt 0 ]; then
   apt_update_once
   log "apt-get install ${need[*]}"
