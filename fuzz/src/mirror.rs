@@ -99,6 +99,14 @@ pub static AVOID_UNTRUSTED_GENESIS: std::sync::atomic::AtomicBool =
 pub static AVOID_SWEEP_TXN_FAILURE: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
+/// Open bug `open-bugs/mirror_core/sweep-deletes-key-outside-window-from-bad-range-reply`
+/// (chaos mode: a misbehaving server or proxy): the prune sweep deletes whatever keys a target
+/// range reply lists, without checking they lie in the range it asked for, so a bad reply
+/// makes the mirror delete a target key outside its window (here `/s/x/1`). Tolerated in chaos
+/// mode so fuzzing can go past it. Set to `false` once the sweep filters keys to its window.
+pub static TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
 const MAX_OUTPUTS_PER_DRAIN: usize = 20_000;
 const VERSIONS: [&str; 6] = ["3.5.13", "3.5.9", "3.4.31", "3.4.20", "3.6.1", "3.3.27"];
 
@@ -579,7 +587,10 @@ impl World {
                 }
                 TxnOp::Delete { key, range_end } => {
                     assert!(
-                        self.in_window(key),
+                        self.in_window(key)
+                            || (self.chaos
+                                && TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW
+                                    .load(std::sync::atomic::Ordering::Relaxed)),
                         "delete outside the window: {:?}",
                         String::from_utf8_lossy(key)
                     );

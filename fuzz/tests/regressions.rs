@@ -63,7 +63,8 @@ fn open_bugs_still_reproduce() {
     let b = &tidemark_fuzz::mirror::TOLERATE_CHAOS_UNREADABLE_RECORD;
     let u = &tidemark_fuzz::mirror::AVOID_UNTRUSTED_GENESIS;
     let w = &tidemark_fuzz::mirror::AVOID_SWEEP_TXN_FAILURE;
-    for flag in [m, r, d, b, u, w] {
+    let o = &tidemark_fuzz::mirror::TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW;
+    for flag in [m, r, d, b, u, w, o] {
         flag.store(false, Ordering::Relaxed);
     }
     for (target, run) in tidemark_fuzz::TARGETS {
@@ -81,7 +82,7 @@ fn open_bugs_still_reproduce() {
             );
         }
     }
-    for flag in [m, r, d, b, u, w] {
+    for flag in [m, r, d, b, u, w, o] {
         flag.store(true, Ordering::Relaxed);
     }
 }
