@@ -50,23 +50,33 @@ fn every_crash_found_stays_fixed() {
 }
 
 /// Inputs under `open-bugs/<target>/` reproduce bugs not fixed yet (in code this crate may
-/// not change). Each must still fail when its tolerance is off; when one stops failing, the
-/// bug is fixed: move the file to `regressions/` and drop the tolerance.
+/// not change). Each passes with every tolerance on (so fuzzing goes past it) and fails when
+/// its own tolerance is turned off. When none of the tolerances makes it fail any more, the bug
+/// is fixed: move the file to `regressions/` and drop the tolerance.
 #[test]
 fn open_bugs_still_reproduce() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tidemark_fuzz::mirror as m;
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    use std::sync::atomic::Ordering;
+    let flags: [(&str, &AtomicBool); 7] = [
+        (
+            "TOLERATE_PAST_DEADLINE_SPIN",
+            &m::TOLERATE_PAST_DEADLINE_SPIN,
+        ),
+        ("AVOID_RESTART_AFTER_SCAN", &m::AVOID_RESTART_AFTER_SCAN),
+        ("TOLERATE_SPLIT_DURING_SCAN", &m::TOLERATE_SPLIT_DURING_SCAN),
+        (
+            "TOLERATE_CHAOS_UNREADABLE_RECORD",
+            &m::TOLERATE_CHAOS_UNREADABLE_RECORD,
+        ),
+        ("AVOID_UNTRUSTED_GENESIS", &m::AVOID_UNTRUSTED_GENESIS),
+        ("AVOID_SWEEP_TXN_FAILURE", &m::AVOID_SWEEP_TXN_FAILURE),
+        (
+            "TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW",
+            &m::TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW,
+        ),
+    ];
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("open-bugs");
-    let m = &tidemark_fuzz::mirror::TOLERATE_PAST_DEADLINE_SPIN;
-    let r = &tidemark_fuzz::mirror::AVOID_RESTART_AFTER_SCAN;
-    let d = &tidemark_fuzz::mirror::TOLERATE_SPLIT_DURING_SCAN;
-    let b = &tidemark_fuzz::mirror::TOLERATE_CHAOS_UNREADABLE_RECORD;
-    let u = &tidemark_fuzz::mirror::AVOID_UNTRUSTED_GENESIS;
-    let w = &tidemark_fuzz::mirror::AVOID_SWEEP_TXN_FAILURE;
-    let o = &tidemark_fuzz::mirror::TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW;
-    for flag in [m, r, d, b, u, w, o] {
-        flag.store(false, Ordering::Relaxed);
-    }
     for (target, run) in tidemark_fuzz::TARGETS {
         let Ok(entries) = std::fs::read_dir(root.join(target)) else {
             continue;
@@ -74,15 +84,28 @@ fn open_bugs_still_reproduce() {
         for f in entries {
             let f = f.unwrap().path();
             let data = std::fs::read(&f).unwrap();
-            let failed = std::panic::catch_unwind(|| run(&data)).is_err();
+            let fails = || std::panic::catch_unwind(|| run(&data)).is_err();
             assert!(
-                failed,
-                "{} no longer fails: the bug is fixed; move it to regressions/{target}/ and remove its tolerance",
+                !fails(),
+                "{} fails even with every tolerance on",
+                f.display()
+            );
+            let mut caught_by = None;
+            for (name, flag) in flags {
+                flag.store(false, Ordering::Relaxed);
+                let failed = fails();
+                flag.store(true, Ordering::Relaxed);
+                if failed {
+                    caught_by = Some(name);
+                    break;
+                }
+            }
+            assert!(
+                caught_by.is_some(),
+                "{} no longer fails with any tolerance off: the bug is fixed; move it to \
+                 regressions/{target}/ and remove its tolerance",
                 f.display()
             );
         }
-    }
-    for flag in [m, r, d, b, u, w, o] {
-        flag.store(true, Ordering::Relaxed);
     }
 }
