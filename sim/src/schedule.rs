@@ -75,6 +75,9 @@ pub enum Fault {
     Compact { behind: u32 },
     /// The watch stream of every agent breaks once (transient).
     WatchReset,
+    /// Aggressive compactions every `every_ms` for `ms`: drives repeated forced resyncs
+    /// (the `ResyncLoopDetected` path).
+    CompactStorm { ms: u64, every_ms: u64 },
 }
 
 impl Fault {
@@ -93,11 +96,12 @@ impl Fault {
             Fault::Compact { behind: 0 } => "compact_aggressive",
             Fault::Compact { .. } => "compact",
             Fault::WatchReset => "watch_reset",
+            Fault::CompactStorm { .. } => "compact_storm",
         }
     }
 
     /// Every fault kind name, for coverage tables.
-    pub const KINDS: [&'static str; 12] = [
+    pub const KINDS: [&'static str; 13] = [
         "crash",
         "twin",
         "restart_with_config",
@@ -110,6 +114,7 @@ impl Fault {
         "compact",
         "compact_aggressive",
         "watch_reset",
+        "compact_storm",
     ];
 }
 
@@ -352,6 +357,10 @@ fn draw_faults(rng: &mut Rng, o: &Options) -> Vec<TimedFault> {
                     behind: 1 + rng.below(300) as u32,
                 },
                 "compact_aggressive" => Fault::Compact { behind: 0 },
+                "compact_storm" => Fault::CompactStorm {
+                    ms: 5_000 + rng.below(40_000),
+                    every_ms: 50 + rng.below(1_000),
+                },
                 _ => Fault::WatchReset,
             };
             out.push(TimedFault { at_ms: t, fault: f });

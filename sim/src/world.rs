@@ -61,6 +61,11 @@ enum Ev {
     LivenessTick,
     Fault(usize),
     Heal(HealKind),
+    /// The next compaction of a compaction storm.
+    Storm {
+        left_ms: u64,
+        every_ms: u64,
+    },
     Restart {
         agent: u32,
         variant: Option<u32>,
@@ -296,6 +301,9 @@ impl World {
         for a in 0..self.agents.len() {
             self.harvest(a as u32);
         }
+        for m in self.source.take_marks() {
+            self.coverage.mark(m);
+        }
         self.end.clone().expect("loop exits only with an end")
     }
 
@@ -444,6 +452,14 @@ impl World {
                 }
             }
             Ev::Heal(h) => self.heal(h),
+            Ev::Storm { left_ms, every_ms } => {
+                if !self.quiet {
+                    self.apply_fault(Fault::CompactStorm {
+                        ms: left_ms,
+                        every_ms,
+                    });
+                }
+            }
             Ev::Restart { agent, variant } => self.restart(agent, variant),
             Ev::Retire { agent } => {
                 self.crash(agent);
@@ -551,6 +567,21 @@ impl World {
                 let rev = self.source.store.rev() - i64::from(behind);
                 if rev > self.source.store.compact_rev() && self.source.compact(rev).is_ok() {
                     self.coverage.mark("model.compacted");
+                }
+            }
+            Fault::CompactStorm { ms, every_ms } => {
+                let rev = self.source.store.rev();
+                if rev > self.source.store.compact_rev() && self.source.compact(rev).is_ok() {
+                    self.coverage.mark("model.compacted");
+                }
+                if ms > every_ms {
+                    self.push(
+                        now + every_ms.max(1) * MS,
+                        Ev::Storm {
+                            left_ms: ms - every_ms,
+                            every_ms,
+                        },
+                    );
                 }
             }
             Fault::WatchReset => {
