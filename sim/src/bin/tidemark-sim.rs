@@ -65,6 +65,9 @@ enum Cmd {
         /// Shrink attempts per failure.
         #[arg(long, default_value_t = 200)]
         shrink_budget: usize,
+        /// Shrink only the first this many failures of a batch (the rest are reported as is).
+        #[arg(long, default_value_t = 3)]
+        shrink_first: usize,
     },
     /// Replay a saved run or schedule and check that it reproduces.
     Replay {
@@ -133,6 +136,7 @@ fn main() -> Result<()> {
             determinism,
             fail_fast,
             shrink_budget,
+            shrink_first,
         } => {
             let started = WallClock::now();
             let mut batch = Batch::default();
@@ -159,7 +163,12 @@ fn main() -> Result<()> {
                 };
                 batch.add(&sch, &r);
                 if !r.passed() {
-                    report_failure(&sch, &r, save_failures.as_deref(), shrink_budget)?;
+                    let budget = if batch.failed as usize <= shrink_first {
+                        shrink_budget
+                    } else {
+                        0
+                    };
+                    report_failure(&sch, &r, save_failures.as_deref(), budget)?;
                     if fail_fast {
                         break;
                     }
