@@ -810,6 +810,7 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
             base: 200,
             cursor: b"/app/m\0".to_vec(),
             scanned: false,
+            rmax: 200,
         }),
         prune_pending: false,
         prune_floor: 0,
@@ -829,14 +830,22 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
     );
     h.done(id, Ok(txn_ok(51)));
     let cmds = h.drain();
-    let Command::Watch(w) = &cmds[0].1 else {
+    // A count of what is left (progress only), the watch from the original R0, then the
+    // next page from the durable cursor.
+    assert_eq!(cmds.len(), 3, "{cmds:#?}");
+    let Command::Range(count) = &cmds[0].1 else {
+        panic!("{cmds:#?}")
+    };
+    assert!(count.count_only && count.key == b"/app/m\0".to_vec());
+    h.done(cmds[0].0, Ok(range(300, vec![], false)));
+    let Command::Watch(w) = &cmds[1].1 else {
         panic!("{cmds:#?}")
     };
     assert_eq!(
         w.start_revision, 201,
         "events since the original R0 are replayed"
     );
-    let Command::Range(r) = &cmds[1].1 else {
+    let Command::Range(r) = &cmds[2].1 else {
         panic!("{cmds:#?}")
     };
     assert_eq!(
@@ -844,4 +853,47 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
         b"/app/m\0".to_vec(),
         "the scan continues where it stopped"
     );
+    assert!(!r.count_only);
+}
+
+#[test]
+fn a_watch_starting_at_the_compact_revision_is_treated_as_compacted() {
+    // etcd #18089: before 3.4.33/3.5.15 a watch from exactly the compact revision misses the
+    // delete at that revision. The core reads pinned at from-1 first; Compacted there means
+    // from == compact revision.
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 26);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Failed {
+            failure: Failure::Transient {
+                message: "leader lost".into(),
+            },
+        },
+    );
+    assert!(h.drain().is_empty(), "waits for the backoff");
+    h.auto_guard = false;
+    h.advance(Duration::from_secs(2));
+    let (id, cmd) = one(h.drain());
+    assert!(is_watch_guard(&cmd), "{cmd:?}");
+    let Command::Range(r) = &cmd else {
+        unreachable!()
+    };
+    assert_eq!(
+        r.revision, 100,
+        "pinned at the revision before the watch start (101)"
+    );
+    h.done(id, Err(Failure::Compacted { rev: 0 }));
+    let cmds = h.drain();
+    assert!(
+        cmds.iter().all(|(_, c)| !matches!(c, Command::Watch(_))),
+        "no watch is opened at a compact revision: {cmds:#?}"
+    );
+    assert!(
+        cmds.iter()
+            .any(|(_, c)| matches!(c, Command::Range(r) if r.count_only && r.revision == 0)),
+        "a forced resync starts"
+    );
+    assert_eq!(h.m.status().watch_guard_compactions, 1);
+    assert_eq!(h.m.status().forced_resync_count, 1);
 }

@@ -370,6 +370,7 @@ impl RefReplicator {
                     base: self.r0,
                     cursor: vec![],
                     scanned: false,
+                    rmax: self.r0,
                 };
                 let w = self.fence.as_ref().map_or(0, |f| f.watermark);
                 let mut ops: Vec<TxnOp> = Vec::new();
@@ -401,6 +402,7 @@ impl RefReplicator {
                     base: self.r0,
                     cursor: vec![],
                     scanned: true,
+                    rmax: self.r0,
                 };
                 let mut ops = Vec::new();
                 for kv in r.kvs {

@@ -162,9 +162,32 @@ impl Batcher {
         self.pending_keys.clear();
     }
 
-    /// The next complete batch.
+    /// The next batch to write. Whole revisions that were cut apart only because a watch
+    /// response ended are merged back while they fit, so a backlog is written in full
+    /// Txns instead of one revision per round trip; a revision is still never split.
     pub fn pop(&mut self) -> Option<Batch> {
-        self.ready.pop_front()
+        let mut out = self.ready.pop_front()?;
+        if out.split.is_some() {
+            return Some(out);
+        }
+        let mut bytes = out.bytes();
+        let mut keys: BTreeSet<Vec<u8>> = out.ops.iter().map(|o| o.key().to_vec()).collect();
+        while let Some(next) = self.ready.front() {
+            let next_bytes = next.bytes();
+            let fits = next.split.is_none()
+                && out.ops.len() + next.ops.len() <= self.limits.max_ops
+                && bytes + next_bytes <= self.limits.max_bytes
+                && next.ops.iter().all(|o| !keys.contains(o.key()));
+            if !fits {
+                break;
+            }
+            let next = self.ready.pop_front().expect("front() was Some just above");
+            bytes += next_bytes;
+            keys.extend(next.ops.iter().map(|o| o.key().to_vec()));
+            out.ops.extend(next.ops);
+            out.revs.extend(next.revs);
+        }
+        Some(out)
     }
 
     /// Whether anything is pending or ready.
@@ -330,6 +353,40 @@ mod tests {
     }
 
     #[test]
+    fn a_backlog_of_small_responses_merges_into_full_txns() {
+        let mut b = Batcher::new(Limits::from_config(4, 1 << 20), true);
+        for rev in 1..=7 {
+            b.push(RevGroup {
+                rev,
+                skip: 0,
+                ops: vec![put(&format!("k{rev}"), 1)],
+            })
+            .unwrap();
+            b.flush(); // one watch response per revision
+        }
+        let out = drain(&mut b);
+        let sizes: Vec<usize> = out.iter().map(|x| x.ops.len()).collect();
+        assert_eq!(sizes, vec![3, 3, 1]);
+        assert_eq!(out[0].watermark_after(), Some(3));
+        // The same key in two revisions is never merged into one Txn.
+        let mut b = Batcher::new(Limits::from_config(128, 1 << 20), true);
+        b.push(RevGroup {
+            rev: 1,
+            skip: 0,
+            ops: vec![put("a", 1)],
+        })
+        .unwrap();
+        b.flush();
+        b.push(RevGroup {
+            rev: 2,
+            skip: 0,
+            ops: vec![put("a", 2)],
+        })
+        .unwrap();
+        assert_eq!(drain(&mut b).len(), 2);
+    }
+
+    #[test]
     fn pending_key_collision_cuts() {
         let mut b = Batcher::new(Limits::from_config(128, 1 << 20), true);
         b.push(RevGroup {
@@ -410,7 +467,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn batcher_properties(groups in arb_groups(), max_txn_ops in 2u32..64, flush in 200u64..4000, cut_every in 1usize..6) {
+        fn batcher_properties(groups in arb_groups(), max_txn_ops in 2u32..64, flush in 200u64..4000, cut_every in 1usize..6, lazy in any::<bool>()) {
             let limits = Limits::from_config(max_txn_ops, flush);
             let mut b = Batcher::new(limits, true);
             let mut input: Vec<(i64, TxnOp)> = Vec::new();
@@ -425,7 +482,9 @@ mod tests {
                 input.extend(ops.iter().cloned().map(|o| (rev, o)));
                 b.push(RevGroup { rev, skip: 0, ops }).unwrap();
                 if i % cut_every == 0 { b.flush(); }
-                while let Some(x) = b.pop() { out.push(x); }
+                // Eager pops see one response at a time; lazy pops (a commit in flight)
+                // let responses merge.
+                if !lazy { while let Some(x) = b.pop() { out.push(x); } }
             }
             out.extend(drain(&mut b));
             // Exactly the input ops, in order.

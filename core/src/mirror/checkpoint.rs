@@ -40,6 +40,10 @@ pub struct Scan {
     /// True once the scan reached the end of the range and only the replay remains.
     #[serde(default)]
     pub scanned: bool,
+    /// The highest revision any durable page was read at: the watch must be proven past it
+    /// before the watermark invariant can hold again (a resumed agent needs it too).
+    #[serde(default)]
+    pub rmax: i64,
 }
 
 /// The record. `watermark = W` with `split == None` and `scan == None` promises that the
@@ -132,9 +136,7 @@ impl Checkpoint {
             if s.base < 0 {
                 return bad("scan.base", "is negative");
             }
-            if self.split.is_some() {
-                return bad("split", "cannot be set during a scan");
-            }
+            // A split may be recorded while genesis replays an oversized revision.
         }
         Ok(())
     }
@@ -163,6 +165,7 @@ mod tests {
                 base: 40,
                 cursor: b"/app/\xff".to_vec(),
                 scanned: false,
+                rmax: 41,
             }),
             prune_pending: true,
             prune_floor: 7,
@@ -208,7 +211,7 @@ mod tests {
         fn encode_decode_identity(epoch in 0u64..u64::MAX, wm in 0i64..i64::MAX/2, cursor in proptest::collection::vec(any::<u8>(), 0..20), pp in any::<bool>()) {
             let mut c = sample();
             c.epoch = epoch; c.watermark = wm; c.prune_pending = pp;
-            c.scan = Some(Scan { base: wm, cursor, scanned: pp });
+            c.scan = Some(Scan { base: wm, cursor, scanned: pp, rmax: wm });
             prop_assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
         }
 

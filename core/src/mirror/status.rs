@@ -172,6 +172,8 @@ pub struct Status {
     pub watch_cancels_for_pacing: u64,
     /// The revision a drain waits for, once known.
     pub drain_target_revision: Option<i64>,
+    /// Watches refused by the etcd #18089 guard (start revision == compact revision).
+    pub watch_guard_compactions: u64,
     pub forced_resync_count: u64,
     pub scan_restart_count: u64,
     pub split_revision_count: u64,

@@ -29,6 +29,14 @@ pub struct Harness {
     pub m: Mirror,
     pub now: Instant,
     pub log: Vec<Output>,
+    /// Answer the etcd #18089 watch guard reads as "not compacted", so scripts see the
+    /// watch where the guard was. Tests of the guard itself turn this off.
+    pub auto_guard: bool,
+}
+
+/// The pinned, count-only read the core makes before opening a watch.
+pub fn is_watch_guard(c: &Command) -> bool {
+    matches!(c, Command::Range(r) if r.cluster == Cluster::Source && r.count_only && r.revision > 0 && r.limit == 1)
 }
 
 impl Harness {
@@ -37,16 +45,33 @@ impl Harness {
             m: Mirror::new(cfg, seed).unwrap(),
             now: Instant(1_000_000_000),
             log: Vec::new(),
+            auto_guard: true,
         }
     }
 
     /// Polls until the core waits; returns the commands it emitted.
     pub fn drain(&mut self) -> Vec<(CommandId, Command)> {
         let mut cmds = Vec::new();
+        let mut guard_slots = std::collections::VecDeque::new();
         loop {
             let o = self.m.poll_output(self.now);
             self.log.push(o.clone());
             match o {
+                Output::Command { id, cmd } if self.auto_guard && is_watch_guard(&cmd) => {
+                    let Command::Range(r) = &cmd else {
+                        unreachable!()
+                    };
+                    let rev = r.revision + 1;
+                    guard_slots.push_back(cmds.len());
+                    self.done(id, Ok(range(rev, vec![], false)));
+                }
+                Output::Command {
+                    id,
+                    cmd: cmd @ Command::Watch(_),
+                } if !guard_slots.is_empty() => {
+                    let at = guard_slots.pop_front().unwrap();
+                    cmds.insert(at, (id, cmd));
+                }
                 Output::Command { id, cmd } => cmds.push((id, cmd)),
                 Output::Timeout(_) | Output::Stopped(_) => return cmds,
             }

@@ -14,8 +14,12 @@ impl Mirror {
             .is_some_and(|g| g.step == GenStep::Replaying);
         // A reconciliation pass holds the tail so the target stays at source@W + drift.
         if (self.stage == Stage::Tail && self.pass.is_none()) || replaying {
-            while let Some(b) = self.batcher.pop() {
-                self.work.push_back(Work::Tail(b));
+            // Popped only when the queue is empty, so batches cut by watch responses that
+            // arrived while a commit was in flight merge into one Txn.
+            if self.work.is_empty() {
+                if let Some(b) = self.batcher.pop() {
+                    self.work.push_back(Work::Tail(b));
+                }
             }
             if self.watch_paused && self.work.is_empty() && self.batcher.is_empty() {
                 self.watch_paused = false;
@@ -103,6 +107,9 @@ impl Mirror {
                 if let Some(s) = &mut rec.scan {
                     s.cursor = cursor_after.clone();
                     s.scanned = *scanned;
+                    // Pages read so far (including any read ahead) bound what is durable.
+                    let rmax = self.gen.as_ref().map_or(0, |g| g.rmax);
+                    s.rmax = s.rmax.max(rmax);
                 }
             }
             Work::Tail(b) => match (b.split, b.watermark_after()) {
@@ -125,6 +132,7 @@ impl Mirror {
                     base: *base,
                     cursor: Vec::new(),
                     scanned: false,
+                    rmax: *base,
                 });
                 rec.split = None;
                 rec.prune_pending = *prune;
@@ -166,6 +174,11 @@ impl Mirror {
             .set_condition(now, C::TargetReachable, true, "Reachable", "");
         self.status
             .set_condition(now, C::TargetThrottled, false, "NotThrottled", "");
+        if self.status.condition(C::TargetQuotaExhausted) {
+            // Any landed write proves the quota is available again.
+            self.status
+                .set_condition(now, C::TargetQuotaExhausted, false, "QuotaAvailable", "");
+        }
         let ops = c.work.ops().len() as u64;
         self.status.applied_txns += 1;
         self.status.applied_ops += ops;

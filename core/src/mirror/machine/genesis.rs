@@ -54,7 +54,8 @@ impl Mirror {
             prune,
             rmax: 0,
             window: 0,
-            page_limit: self.cfg.sync.page_key_limit.min(256),
+            // Start small (values may be large) and double while pages stay under budget.
+            page_limit: self.cfg.sync.page_key_limit.min(1000),
             read_cursor: Vec::new(),
             reading: false,
             read_done: false,
@@ -115,7 +116,29 @@ impl Mirror {
             .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
         let g = self.new_gen(GenStep::Scanning, prune);
         self.gen = Some(g);
-        let _ = scan;
+        if !scan.scanned {
+            // Progress for a resumed scan: what is left from the durable cursor.
+            let (start, end) = self.keys.source_range();
+            let key = if scan.cursor > start {
+                scan.cursor.clone()
+            } else {
+                start
+            };
+            self.status.initial_sync_copied_key_count = 0;
+            self.issue(
+                Job::CountRemaining,
+                Command::Range(RangeRequest {
+                    cluster: Cluster::Source,
+                    key,
+                    range_end: end,
+                    revision: 0,
+                    limit: 0,
+                    count_only: true,
+                    keys_only: false,
+                    sort: SortBy::Key,
+                }),
+            );
+        }
         self.begin_scan(now);
     }
 
@@ -129,7 +152,7 @@ impl Mirror {
         let windows = self.keys.source_windows();
         if let Some(g) = &mut self.gen {
             g.step = GenStep::Scanning;
-            g.rmax = scan.base;
+            g.rmax = scan.base.max(scan.rmax);
             g.window = windows
                 .iter()
                 .position(|w| before_end(&scan.cursor, &w.end))

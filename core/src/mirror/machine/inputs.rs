@@ -19,7 +19,10 @@ impl Mirror {
 
     pub(super) fn on_done(&mut self, now: Instant, job: Job, result: Result<Reply, Failure>) {
         match (job, result) {
-            (Job::Fire, _) | (Job::WatchOpen, Ok(_)) => {}
+            (Job::Fire, _) | (Job::WatchOpen, Ok(_)) | (Job::CountRemaining, Err(_)) => {}
+            (Job::CountRemaining, Ok(Reply::Range(r))) => {
+                self.status.initial_sync_total_key_count = u64::try_from(r.count).unwrap_or(0);
+            }
             (Job::WatchOpen, Err(f)) => self.on_watch(now, WatchEvent::Failed { failure: f }),
             (Job::ProbeSource, Ok(Reply::Status(s))) => {
                 self.src = Some(s);
@@ -48,6 +51,12 @@ impl Mirror {
             (Job::PassTarget(_), Ok(Reply::Range(r))) => self.on_pass_page(now, false, r),
             (Job::PassSource(_), Err(Failure::Compacted { .. })) => self.on_pass_compacted(now),
             (Job::DrainTarget, Ok(Reply::Range(r))) => self.on_drain_target(now, r),
+            (Job::WatchGuard { watch_id, from }, Ok(_)) => {
+                self.on_watch_guard(now, watch_id, from, true)
+            }
+            (Job::WatchGuard { watch_id, from }, Err(Failure::Compacted { .. })) => {
+                self.on_watch_guard(now, watch_id, from, false)
+            }
             (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_commit(now, *c, t),
             (Job::Commit(c), Err(f)) => self.on_commit_failed(now, *c, f),
             (Job::ResolveUnknown(c), Ok(Reply::Range(r))) => self.on_resolve(now, *c, r),
@@ -87,7 +96,8 @@ impl Mirror {
             | Job::ScanPage(_)
             | Job::ProbeMaxModRevision(_)
             | Job::PassSource(_)
-            | Job::DrainTarget => C::SourceReachable,
+            | Job::DrainTarget
+            | Job::WatchGuard { .. } => C::SourceReachable,
             _ => C::TargetReachable,
         };
         if ok {
@@ -116,7 +126,13 @@ impl Mirror {
             Job::ResolveUnknown(_) => self.fence_read_cmd(),
             Job::PassSource(_) | Job::PassTarget(_) => self.pass_command(job)?,
             Job::DrainTarget => self.drain_target_cmd(),
-            Job::Commit(_) | Job::WatchOpen | Job::Fire => return None,
+            Job::WatchGuard { watch_id, from } => {
+                if self.watch != Some(*watch_id) {
+                    return None;
+                }
+                self.watch_open_step(*watch_id, *from).1
+            }
+            Job::Commit(_) | Job::WatchOpen | Job::Fire | Job::CountRemaining => return None,
         })
     }
 }

@@ -68,10 +68,17 @@ enum Job {
     /// Re-reading the fence after a commit whose outcome is unknown.
     ResolveUnknown(Box<Commit>),
     WatchOpen,
+    /// The etcd #18089 guard read before opening a watch.
+    WatchGuard {
+        watch_id: u64,
+        from: i64,
+    },
     /// Reconciliation reads, tagged by pass.
     PassSource(u64),
     PassTarget(u64),
     DrainTarget,
+    /// Informational: keys left for a resumed scan (progress estimate only).
+    CountRemaining,
     Fire,
 }
 

@@ -52,7 +52,14 @@ impl Mirror {
         }
         if self.quota_probe_at.is_some_and(|t| t <= now) && !self.committing {
             self.quota_probe_at = None;
-            self.work.push_front(Work::Fence(FenceWhy::QuotaProbe));
+            if self.record.is_some() {
+                self.work.push_front(Work::Fence(FenceWhy::QuotaProbe));
+            } else {
+                // Parked before the claim landed: the claim itself is the probe.
+                self.stage = Stage::Fencing;
+                self.status.backoff = None;
+                self.resume_from_record(now);
+            }
         }
         if let (Some(t), Some(w)) = (self.next_progress_request, self.watch) {
             if t <= now {
@@ -82,6 +89,10 @@ impl Mirror {
         ]
         .into_iter()
         .flatten()
+        // Everything due was fired by this poll; a due timer that is still blocked (paced
+        // work while paused, a probe behind a commit) is re-checked on the next input, so
+        // never ask to be woken in the past (that would spin the driver).
+        .filter(|t| *t > now)
         .min()
     }
 

@@ -21,17 +21,58 @@ impl Mirror {
         let id = self.next_watch_id;
         self.next_watch_id += 1;
         self.watch = Some(id);
-        let (key, range_end) = self.keys.source_range();
-        self.issue(
-            Job::WatchOpen,
-            Command::Watch(WatchRequest {
-                watch_id: id,
-                key,
-                range_end,
-                start_revision: from,
-            }),
-        );
+        let (job, cmd) = self.watch_open_step(id, from);
+        self.issue(job, cmd);
         self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
+    }
+
+    /// The first step of opening watch `id` at `from`: a guard read pinned at `from - 1`.
+    ///
+    /// etcd before 3.4.33/3.5.15 drops the tombstone at exactly the compact revision (etcd
+    /// #18089), so a watch started there silently misses that delete. A read pinned at
+    /// `from - 1` fails with Compacted exactly when `from` is the compact revision (a watch
+    /// below it would be refused outright), and that is treated as a compaction.
+    pub(super) fn watch_open_step(&self, id: u64, from: i64) -> (Job, Command) {
+        if from <= 1 {
+            return (Job::WatchOpen, self.watch_cmd(id, from));
+        }
+        let (key, range_end) = self.keys.source_range();
+        let guard = Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key,
+            range_end,
+            revision: from - 1,
+            limit: 1,
+            count_only: true,
+            keys_only: false,
+            sort: SortBy::Key,
+        });
+        (Job::WatchGuard { watch_id: id, from }, guard)
+    }
+
+    pub(super) fn watch_cmd(&self, id: u64, from: i64) -> Command {
+        let (key, range_end) = self.keys.source_range();
+        Command::Watch(WatchRequest {
+            watch_id: id,
+            key,
+            range_end,
+            start_revision: from,
+        })
+    }
+
+    /// The guard read answered.
+    pub(super) fn on_watch_guard(&mut self, now: Instant, id: u64, from: i64, ok: bool) {
+        if self.watch != Some(id) {
+            return;
+        }
+        if ok {
+            let cmd = self.watch_cmd(id, from);
+            self.issue(Job::WatchOpen, cmd);
+        } else {
+            self.status.watch_guard_compactions += 1;
+            self.watch = None;
+            self.on_compacted(now, from);
+        }
     }
 
     pub(super) fn cancel_watch(&mut self) {
@@ -116,8 +157,24 @@ impl Mirror {
                 self.watch = None;
                 if compact_revision > 0 {
                     self.on_compacted(now, compact_revision);
-                } else {
-                    self.watch_failed(now, format!("watch cancelled by the server: {reason}"));
+                    return;
+                }
+                // A cancel without a compact revision carries the server's reason (for
+                // example "permission denied"); retrying cannot fix a permanent one.
+                match crate::classify::classify(crate::classify::Code::Unknown, &reason) {
+                    Failure::Permanent { kind, message } => {
+                        let fk = if kind == PermanentKind::Unsupported {
+                            FailKind::Unsupported
+                        } else {
+                            FailKind::Permanent
+                        };
+                        self.fail(
+                            now,
+                            fk,
+                            format!("the source cancelled the watch: {message}"),
+                        );
+                    }
+                    _ => self.watch_failed(now, format!("watch cancelled by the server: {reason}")),
                 }
             }
             WatchEvent::Failed { failure } => {
@@ -156,23 +213,15 @@ impl Mirror {
         let id = self.next_watch_id;
         self.next_watch_id += 1;
         self.watch = Some(id);
-        let (key, range_end) = self.keys.source_range();
         self.status.backoff = Some(BackoffState {
             kind: "transient".into(),
             attempt: self.backoff.attempt(),
             until: at,
         });
-        self.retry.retain(|r| !matches!(r.job, Job::WatchOpen));
-        self.retry.push(Retry {
-            at,
-            cmd: Command::Watch(WatchRequest {
-                watch_id: id,
-                key,
-                range_end,
-                start_revision: from,
-            }),
-            job: Job::WatchOpen,
-        });
+        self.retry
+            .retain(|r| !matches!(r.job, Job::WatchOpen | Job::WatchGuard { .. }));
+        let (job, cmd) = self.watch_open_step(id, from);
+        self.retry.push(Retry { at, cmd, job });
     }
 
     pub(super) fn on_compacted(&mut self, now: Instant, compact_revision: i64) {
