@@ -897,3 +897,18 @@ fn a_watch_starting_at_the_compact_revision_is_treated_as_compacted() {
     assert_eq!(h.m.status().watch_guard_compactions, 1);
     assert_eq!(h.m.status().forced_resync_count, 1);
 }
+
+#[test]
+fn the_epoch_floor_raises_the_claimed_epoch() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 27);
+    h.m.set_epoch_floor(7);
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
+    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).epoch, 7);
+}

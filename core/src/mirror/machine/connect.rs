@@ -173,7 +173,7 @@ impl Mirror {
     pub(super) fn claim(&mut self, now: Instant) {
         let _ = now;
         let base = self.found.clone();
-        let epoch = base.as_ref().map_or(0, |c| c.epoch) + 1;
+        let epoch = (base.as_ref().map_or(0, |c| c.epoch) + 1).max(self.epoch_floor);
         let src_id = self.src.as_ref().map_or(0, |s| s.cluster_id);
         let tgt_id = self.tgt.as_ref().map_or(0, |s| s.cluster_id);
         let mut rec = base.unwrap_or(Checkpoint {

@@ -271,6 +271,8 @@ pub struct Mirror {
     drain_requested: bool,
     paused: bool,
     started: bool,
+    /// The lowest epoch this agent may claim (an EtcdMirror's `metadata.generation`).
+    epoch_floor: u64,
 }
 
 impl Mirror {
@@ -338,10 +340,17 @@ impl Mirror {
             drain_requested: config.mode == Mode::Drain,
             paused: false,
             started: false,
+            epoch_floor: 0,
             keys,
             rng,
             cfg: config,
         })
+    }
+
+    /// Claims at least this epoch. Under Kubernetes the EtcdMirror's `metadata.generation`
+    /// is the floor, so an agent running an older spec can never out-rank a newer one.
+    pub fn set_epoch_floor(&mut self, floor: u64) {
+        self.epoch_floor = floor;
     }
 
     /// The published status.
