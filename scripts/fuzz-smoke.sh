@@ -30,14 +30,17 @@ done
 for t in "${targets[@]}"; do
   echo "fuzz smoke: $t for ${secs}s" >&2
   log=$(mktemp)
-  if ! bash scripts/fuzz.sh "$t" "$secs" >"$log" 2>&1; then
+  # A fresh work corpus: the run starts from the checked-in seeds only, so its length and
+  # result do not depend on earlier local campaigns.
+  work=$(mktemp -d)
+  if ! FUZZ_WORK_CORPUS="$work" bash scripts/fuzz.sh "$t" "$secs" >"$log" 2>&1; then
     grep -E "panicked|Failing input|artifacts/|ERROR" "$log" | head -n 20 >&2 || true
     tail -n 40 "$log" >&2
-    rm -f "$log"
+    rm -rf "$log" "$work"
     echo "fuzz smoke: $t crashed (input kept under fuzz/artifacts/$t/)" >&2
     exit 1
   fi
   grep -E "stat::average_exec_per_sec|stat::number_of_executed_units" "$log" | sed "s/^/  $t /" >&2 || true
-  rm -f "$log"
+  rm -rf "$log" "$work"
 done
 echo "fuzz smoke: all targets clean in $((SECONDS - start))s" >&2

@@ -12,6 +12,7 @@
 # and keep it as fuzz/regressions/TARGET/<what-it-caught> once fixed.
 #
 # Environment: FUZZ_JOBS=N runs N fuzzing processes in parallel (default 1);
+# FUZZ_WORK_CORPUS=DIR collects new inputs there instead of target/work-corpus/TARGET;
 # FUZZ_SANITIZER=address builds with ASan (default none: the workspace forbids unsafe code).
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
@@ -28,7 +29,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked >&2
 fi
 
-work="target/work-corpus/$target"
+work="${FUZZ_WORK_CORPUS:-target/work-corpus/$target}"
 mkdir -p "$work"
 jobs=${FUZZ_JOBS:-1}
 extra=()
