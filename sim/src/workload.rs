@@ -158,7 +158,9 @@ impl Workload {
                 "txn"
             }
             3 => {
-                if self.opts.bulk_keys > 0 {
+                // At most 8 bulk prefixes per run keeps the key count (and the sim's cost)
+                // bounded on seeds whose DeleteRange weight is zero.
+                if self.opts.bulk_keys > 0 && self.bulk_seq < 8 {
                     self.bulk_seq += 1;
                     let p = format!("{}bulk{:03}/", self.prefix, self.bulk_seq);
                     self.bulk = Some((p, self.opts.bulk_keys));
