@@ -34,13 +34,13 @@ const SRC: &str = "/s/";
 const TGT: &str = "/t/";
 const EXCLUDE: &str = "x/";
 
-/// Open bug (see `open_bug_delete_at_compact_revision_is_lost` below): when the source is
+/// Fixed in core (etcd #18089 watch guard); kept as a switch. Was: when the source is
 /// compacted at exactly the revision an agent resumes its watch from, and that revision is a
 /// delete, etcd has dropped the tombstone, the watch never delivers the delete, and the core
 /// later moves the watermark past it (progress notification), so the target keeps a key the
 /// source deleted. Until core checks the compact revision on resume, the random transitions
-/// never compact onto a revision holding a delete. Set to `false` once fixed.
-const AVOID_OPEN_BUG_DELETE_AT_COMPACT_REVISION: bool = true;
+/// never compact onto a revision holding a delete. Now `false`.
+const AVOID_OPEN_BUG_DELETE_AT_COMPACT_REVISION: bool = false;
 
 /// Open bug (see `open_bug_sweep_delete_lost_on_transient_failure`): when a prune-sweep Txn
 /// fails transiently (not applied), the sweep continues after the keys it meant to delete
@@ -49,12 +49,12 @@ const AVOID_OPEN_BUG_DELETE_AT_COMPACT_REVISION: bool = true;
 /// once fixed.
 const AVOID_OPEN_BUG_SWEEP_TXN_FAILURE: bool = true;
 
-/// Open bug (see `open_bug_split_during_genesis_writes_an_unreadable_checkpoint`): a source
+/// Fixed in core (splits allowed during replay); kept as a switch. Was: a source
 /// revision with more ops than one Txn holds, arriving while genesis replays, is split, and
 /// the mirror writes a fence record with both `split` and `scan` set, which
 /// `Checkpoint::decode` rejects, so the next agent start fails with `CheckpointInvalid`.
-/// Until fixed, source Txns stay within `maxTxnOps - 1` ops. Set to `false` once fixed.
-const AVOID_OPEN_BUG_SPLIT_DURING_GENESIS: bool = true;
+/// Until fixed, source Txns stay within `maxTxnOps - 1` ops. Now `false`.
+const AVOID_OPEN_BUG_SPLIT_DURING_GENESIS: bool = false;
 
 fn key(i: u8) -> Vec<u8> {
     match i % 10 {
@@ -595,11 +595,10 @@ prop_state_machine! {
     fn mirror_target_equals_source_at_watermark(sequential 1..80 => MirrorTest);
 }
 
-/// Replays the shrunk case of the open bug above and asserts it still reproduces; when core
-/// is fixed this fails: then set `AVOID_OPEN_BUG_DELETE_AT_COMPACT_REVISION` to `false` and
-/// turn this into a regression test (assert the invariant holds instead).
+/// Regression (was an open bug until core's etcd #18089 watch guard): an agent resuming its
+/// watch at exactly the compact revision, which holds a delete, must not lose the delete.
 #[test]
-fn open_bug_delete_at_compact_revision_is_lost() {
+fn delete_at_compact_revision_is_not_lost() {
     let mut r = <MirrorModel as ReferenceStateMachine>::init_state()
         .new_tree(&mut proptest::test_runner::TestRunner::deterministic())
         .unwrap()
@@ -626,16 +625,14 @@ fn open_bug_delete_at_compact_revision_is_lost() {
     for _ in 0..6 {
         h.step();
     }
-    let f = h.fence().unwrap();
-    let broken = f.is_consistent()
-        && f.watermark >= 3
-        && h.target_window() != r.expected_target(f.watermark);
-    assert!(
-        broken,
-        "the open bug no longer reproduces (watermark {}, target {:?}): set \
-         AVOID_OPEN_BUG_DELETE_AT_COMPACT_REVISION to false and keep this as a regression test",
-        f.watermark,
-        h.target_window()
+    for _ in 0..300 {
+        h.step();
+        MirrorTest::check_invariants(&h, &r);
+    }
+    assert_eq!(
+        h.target_window(),
+        r.expected_target(r.rev()),
+        "no convergence"
     );
 }
 
@@ -668,10 +665,10 @@ fn open_bug_sweep_delete_lost_on_transient_failure() {
     );
 }
 
-/// The shrunk case of the third open bug: see `AVOID_OPEN_BUG_SPLIT_DURING_GENESIS`. Fails
-/// once core is fixed; then set the flag to `false` and keep this as a regression test.
+/// Regression (was an open bug until core allowed splits during replay): a source revision
+/// larger than one Txn arriving while genesis replays must leave a readable fence record.
 #[test]
-fn open_bug_split_during_genesis_writes_an_unreadable_checkpoint() {
+fn split_during_genesis_keeps_the_checkpoint_readable() {
     let mut h = Harness::new(3, true);
     for _ in 0..5 {
         h.step();
@@ -682,19 +679,30 @@ fn open_bug_split_during_genesis_writes_an_unreadable_checkpoint() {
     h.source.write(&w1.mutations(), &mut out);
     h.source.write(&w2.mutations(), &mut out);
     h.keep_watch_out(out);
-    let mut unreadable = None;
-    for _ in 0..6 {
+    for _ in 0..300 {
         h.step();
         if let Some(kv) = h.target.store.get(&h.cfg.checkpoint_key()) {
             if let Err(e) = Checkpoint::decode(&kv.value) {
-                unreadable = Some(e);
-                break;
+                panic!("the mirror wrote an unreadable checkpoint: {e}");
             }
         }
     }
-    assert!(
-        unreadable.is_some(),
-        "the open bug no longer reproduces: set AVOID_OPEN_BUG_SPLIT_DURING_GENESIS to false \
-         and keep this as a regression test"
-    );
+    let mut want = BTreeMap::new();
+    for (k, v) in h
+        .source
+        .store
+        .range_at(
+            SRC.as_bytes(),
+            &prefix_end(SRC.as_bytes()),
+            h.source.store.rev(),
+        )
+        .into_iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+    {
+        let rel = &k[SRC.len()..];
+        if !rel.starts_with(EXCLUDE.as_bytes()) {
+            want.insert([TGT.as_bytes(), rel].concat(), v);
+        }
+    }
+    assert_eq!(h.target_window(), want, "no convergence");
 }
