@@ -42,7 +42,6 @@ fn reference_double_seed_batch() {
 }
 
 #[test]
-#[ignore = "the real core has open findings (sim/regressions/open); enable once they are fixed"]
 fn core_seed_batch() {
     let f = batch(ReplicatorKind::Core);
     assert!(f.is_empty(), "{} failures:\n{}", f.len(), f.join("\n"));
