@@ -38,24 +38,24 @@ fn tracing() -> bool {
     *ON.get_or_init(|| std::env::var_os("TIDEMARK_FUZZ_TRACE").is_some())
 }
 
-/// Open bug `open-bugs/mirror_core/pacer-past-deadline-while-paused`: with
+/// Fixed in core (no wake-ups in the past); off, input kept in `regressions/`. Was: with
 /// `maxOpsPerSecond > 0` and work queued while the commit pipeline is held (paused, parked,
 /// backing off), `next_deadline` includes the pacer's `ready_at(ZERO)`, a deadline in the past,
 /// so `poll_output` keeps returning `Timeout(past)` and a driver busy-loops. Tolerated (the
 /// harness stops polling) so fuzzing can go past it; `tests/regressions.rs` asserts it still
 /// reproduces. Set to `false` once core is fixed.
 pub static TOLERATE_PAST_DEADLINE_SPIN: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
-/// Open bug (found by `sim/tests/state_machine_mirror.rs`, shrunk case in
+/// Fixed in core (splits allowed during replay); off. Was (found by `sim/tests/state_machine_mirror.rs`, shrunk case in
 /// `open_bug_split_during_genesis_writes_an_unreadable_checkpoint`): a source revision larger
 /// than one Txn arriving while genesis replays is split, and the mirror writes a record with
 /// both `split` and `scan` set, which `Checkpoint::decode` rejects, so the next start fails
 /// with `CheckpointInvalid`. Tolerated here so fuzzing can go past it. Set to `false` once fixed.
 pub static TOLERATE_SPLIT_DURING_SCAN: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
-/// Open bug `open-bugs/mirror_core/genesis-resumed-after-scan-finishes-at-base`: an agent
+/// Fixed in core (durable rmax); off, inputs kept in `regressions/`. Was: an agent
 /// restarted after the scan completed (fence `scan = {base, scanned: true}`) opens the watch at
 /// `base + 1` and at once writes the final record with `watermark = base`, although the
 /// unpinned scan wrote values of later revisions: the target is then ahead of the watermark
@@ -64,7 +64,7 @@ pub static TOLERATE_SPLIT_DURING_SCAN: std::sync::atomic::AtomicBool =
 /// prune (`open-bugs/mirror_core/genesis-resumed-after-scan-trusted-version`). Set to `false`
 /// once fixed.
 pub static AVOID_RESTART_AFTER_SCAN: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
 /// Open bugs, chaos mode only (a misbehaving server): the core does not sanity-check the
 /// revisions servers send and records them, producing fence records `Checkpoint::decode`
@@ -80,7 +80,7 @@ pub static AVOID_RESTART_AFTER_SCAN: std::sync::atomic::AtomicBool =
 pub static TOLERATE_CHAOS_UNREADABLE_RECORD: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
-/// Open bug `open-bugs/mirror_core/genesis-untrusted-probe-misses-deletes`: with a source
+/// Fixed in core (durable rmax); off, input kept in `regressions/`. Was: with a source
 /// whose progress notifications are not trusted (3.5.9 here), genesis decides the replay has
 /// caught up from the highest in-scope mod revision (a `ModRevisionDescending` range). Keys
 /// deleted since the scan are invisible to that probe, so after the watch is reopened genesis
@@ -88,7 +88,7 @@ pub static TOLERATE_CHAOS_UNREADABLE_RECORD: std::sync::atomic::AtomicBool =
 /// target is ahead of the watermark). While set, honest runs use trusted versions only.
 /// Set to `false` once fixed.
 pub static AVOID_UNTRUSTED_GENESIS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
 /// Open bug `open-bugs/mirror_core/sweep-delete-lost-after-failed-txn` (also found by
 /// `sim/tests/state_machine_mirror.rs`): when a prune-sweep Txn fails (transient, or unknown
@@ -107,7 +107,7 @@ pub static AVOID_SWEEP_TXN_FAILURE: std::sync::atomic::AtomicBool =
 pub static TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(true);
 
-/// Open bug (`open-bugs/mirror_core/genesis-resumed-after-*`, `genesis-untrusted-*`): genesis
+/// Fixed in core (durable rmax); off, inputs kept in `regressions/`. Was: genesis
 /// re-entered from a fence with `scan.scanned = true` (after a restart, or after re-reading the
 /// fence on an unknown outcome) finishes at `watermark = scan.base` at once, although the
 /// unpinned scan wrote values of later revisions: the target is *ahead* of its watermark until
@@ -115,7 +115,7 @@ pub static TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW: std::sync::atomic::AtomicBool =
 /// `(W, now]` passes the invariant check (stale or lost keys still fail). Set to `false` once
 /// fixed.
 pub static TOLERATE_TARGET_AHEAD_AFTER_GENESIS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
 const MAX_OUTPUTS_PER_DRAIN: usize = 20_000;
 const VERSIONS: [&str; 6] = ["3.5.13", "3.5.9", "3.4.31", "3.4.20", "3.6.1", "3.3.27"];
