@@ -912,3 +912,57 @@ fn the_epoch_floor_raises_the_claimed_epoch() {
     let (_, cmd) = one(h.drain());
     assert_eq!(fence_of(&cmd).epoch, 7);
 }
+
+#[test]
+fn on_an_affected_server_events_wait_for_the_post_watch_recheck() {
+    // The guard read can race a compaction; on etcd < 3.5.15 the start is read again once
+    // the watch delivered something, and nothing from it is written until that passes.
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 28);
+    let w = cold_start(&mut h, "3.5.13");
+    h.auto_guard = false;
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    assert!(is_watch_guard(&cmd), "a recheck, not a write: {cmd:?}");
+    h.done(id, Err(Failure::Compacted { rev: 0 }));
+    let cmds = h.drain();
+    assert!(
+        cmds.iter().all(|(_, c)| !matches!(c, Command::Txn(_))),
+        "the held event is never written: {cmds:#?}"
+    );
+    assert_eq!(h.m.status().forced_resync_count, 1);
+
+    // A passing recheck releases the write; a fixed server (3.5.15) needs no recheck.
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 29);
+    let w = cold_start(&mut h, "3.5.13");
+    h.auto_guard = false;
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(101, vec![], false)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/c", b"3")]);
+
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 30);
+    let w = cold_start(&mut h, "3.5.15");
+    h.auto_guard = false;
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    assert!(matches!(cmd, Command::Txn(_)));
+}

@@ -46,6 +46,19 @@ impl Version {
     }
 }
 
+impl Version {
+    /// Whether compaction drops the tombstone at exactly the compact revision, so a watch
+    /// started there misses that delete (etcd #18089; fixed in 3.4.33 and 3.5.15).
+    pub fn drops_compact_tombstone(self) -> bool {
+        match (self.major, self.minor) {
+            (3, 4) => self.patch < 33,
+            (3, 5) => self.patch < 15,
+            (3, m) => m < 4,
+            (m, _) => m < 3,
+        }
+    }
+}
+
 impl std::fmt::Display for Version {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}.{}.{}", self.major, self.minor, self.patch)

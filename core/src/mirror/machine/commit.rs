@@ -44,6 +44,14 @@ impl Mirror {
             self.maybe_start_background(now);
             return;
         };
+        if self
+            .watch_unverified
+            .is_some_and(|(id, ..)| self.watch == Some(id))
+            && matches!(front, Work::Tail(_))
+        {
+            // Events of a watch whose start is not re-verified yet (etcd #18089) wait.
+            return;
+        }
         let n = front.ops().len() as u64;
         if self.pacer.enabled() && n > 0 && self.pacer.ready_at(now) > now {
             return;

@@ -31,6 +31,8 @@ impl Mirror {
         }
         self.progress_trusted =
             Version::parse(&src.version).is_some_and(|v| v.progress_notify_trusted());
+        self.drops_compact_tombstone =
+            Version::parse(&src.version).is_some_and(|v| v.drops_compact_tombstone());
         self.status.progress_trusted = self.progress_trusted;
         let learner = src.is_learner || tgt.is_learner;
         self.status.set_condition(

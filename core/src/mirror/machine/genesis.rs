@@ -95,6 +95,16 @@ impl Mirror {
     }
 
     pub(super) fn on_r0(&mut self, now: Instant, r: RangeReply) {
+        if r.header_revision < 1 {
+            // Not a revision any etcd serves; never record it as a scan base.
+            let cmd = self.r0_cmd();
+            self.status.last_error = Some(format!(
+                "source reported header revision {}",
+                r.header_revision
+            ));
+            let seq = self.gen_seq;
+            return self.retry_later(now, Job::ReadR0(seq), cmd, false);
+        }
         self.observe_source_rev(now, r.header_revision);
         self.status.initial_sync_total_key_count = u64::try_from(r.count).unwrap_or(0);
         self.status.initial_sync_copied_key_count = 0;

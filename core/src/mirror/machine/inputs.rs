@@ -57,6 +57,12 @@ impl Mirror {
             (Job::WatchGuard { watch_id, from }, Err(Failure::Compacted { .. })) => {
                 self.on_watch_guard(now, watch_id, from, false)
             }
+            (Job::WatchRecheck { watch_id, from }, Ok(_)) => {
+                self.on_watch_recheck(now, watch_id, from, true)
+            }
+            (Job::WatchRecheck { watch_id, from }, Err(Failure::Compacted { .. })) => {
+                self.on_watch_recheck(now, watch_id, from, false)
+            }
             (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_commit(now, *c, t),
             (Job::Commit(c), Err(f)) => self.on_commit_failed(now, *c, f),
             (Job::ResolveUnknown(c), Ok(Reply::Range(r))) => self.on_resolve(now, *c, r),
@@ -97,7 +103,8 @@ impl Mirror {
             | Job::ProbeMaxModRevision(_)
             | Job::PassSource(_)
             | Job::DrainTarget
-            | Job::WatchGuard { .. } => C::SourceReachable,
+            | Job::WatchGuard { .. }
+            | Job::WatchRecheck { .. } => C::SourceReachable,
             _ => C::TargetReachable,
         };
         if ok {
@@ -126,7 +133,7 @@ impl Mirror {
             Job::ResolveUnknown(_) => self.fence_read_cmd(),
             Job::PassSource(_) | Job::PassTarget(_) => self.pass_command(job)?,
             Job::DrainTarget => self.drain_target_cmd(),
-            Job::WatchGuard { watch_id, from } => {
+            Job::WatchGuard { watch_id, from } | Job::WatchRecheck { watch_id, from } => {
                 if self.watch != Some(*watch_id) {
                     return None;
                 }

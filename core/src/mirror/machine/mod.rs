@@ -73,6 +73,12 @@ enum Job {
         watch_id: u64,
         from: i64,
     },
+    /// The same read repeated after the watch delivered something (closes the race of a
+    /// compaction landing between the guard and the watch's catch-up read).
+    WatchRecheck {
+        watch_id: u64,
+        from: i64,
+    },
     /// Reconciliation reads, tagged by pass.
     PassSource(u64),
     PassTarget(u64),
@@ -273,6 +279,10 @@ pub struct Mirror {
     started: bool,
     /// The lowest epoch this agent may claim (an EtcdMirror's `metadata.generation`).
     epoch_floor: u64,
+    /// A watch on an etcd #18089 server whose start is not yet re-verified (id, from,
+    /// recheck sent); target writes of its events wait for the recheck.
+    watch_unverified: Option<(u64, i64, bool)>,
+    drops_compact_tombstone: bool,
 }
 
 impl Mirror {
@@ -341,6 +351,8 @@ impl Mirror {
             paused: false,
             started: false,
             epoch_floor: 0,
+            watch_unverified: None,
+            drops_compact_tombstone: false,
             keys,
             rng,
             cfg: config,

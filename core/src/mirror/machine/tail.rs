@@ -68,9 +68,27 @@ impl Mirror {
         if ok {
             let cmd = self.watch_cmd(id, from);
             self.issue(Job::WatchOpen, cmd);
+            if self.drops_compact_tombstone {
+                self.watch_unverified = Some((id, from, false));
+            }
         } else {
             self.status.watch_guard_compactions += 1;
             self.watch = None;
+            self.on_compacted(now, from);
+        }
+    }
+
+    /// The recheck answered: release the held writes, or treat the start as compacted.
+    pub(super) fn on_watch_recheck(&mut self, now: Instant, id: u64, from: i64, ok: bool) {
+        if self.watch != Some(id) {
+            return;
+        }
+        self.watch_unverified = None;
+        if !ok {
+            self.status.watch_guard_compactions += 1;
+            self.cancel_watch();
+            self.batcher.clear();
+            self.work.retain(|w| !matches!(w, Work::Tail(_)));
             self.on_compacted(now, from);
         }
     }
@@ -82,6 +100,15 @@ impl Mirror {
     }
 
     pub(super) fn on_watch(&mut self, now: Instant, ev: WatchEvent) {
+        // Once the watch has read past its start, repeat the guard read: if the start is
+        // the compact revision now, the compaction may have raced the catch-up read.
+        if let (Some((id, from, false)), Some(w)) = (self.watch_unverified, self.watch) {
+            if id == w && matches!(ev, WatchEvent::Events { .. } | WatchEvent::Progress { .. }) {
+                self.watch_unverified = Some((id, from, true));
+                let (_, cmd) = self.watch_open_step(id, from);
+                self.issue(Job::WatchRecheck { watch_id: id, from }, cmd);
+            }
+        }
         match ev {
             WatchEvent::Events {
                 header_revision,
@@ -90,6 +117,19 @@ impl Mirror {
                 self.observe_source_rev(now, header_revision);
                 self.status
                     .set_condition(now, C::SourceReachable, true, "Reachable", "");
+                // A server must send revisions in order and never below 1; anything else
+                // would corrupt the split/watermark bookkeeping, so the stream is reopened.
+                let ordered = events
+                    .windows(2)
+                    .all(|p| p[0].kv.mod_revision <= p[1].kv.mod_revision)
+                    && events.iter().all(|e| e.kv.mod_revision > 0);
+                if !ordered {
+                    self.watch = None;
+                    return self.watch_failed(
+                        now,
+                        "the source sent watch events out of revision order".into(),
+                    );
+                }
                 if let Some(last) = events.last() {
                     self.delivered = self.delivered.max(last.kv.mod_revision);
                 }
