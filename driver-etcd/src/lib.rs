@@ -13,6 +13,7 @@ pub mod exec;
 pub mod insecure;
 pub mod metrics;
 pub mod probe;
+pub mod resource;
 pub mod verify;
 pub mod watch;
 

@@ -16,6 +16,7 @@ use tidemark_core::Instant;
 use tidemark_etcd::agent::{AgentOptions, StatusSink};
 use tidemark_etcd::config::Overrides;
 use tidemark_etcd::metrics::MirrorMetrics;
+use tidemark_etcd::resource::{Ended, StatusFeed};
 use tidemark_etcd::{Agent, Executor};
 use tidemark_runtime::{Admin, AdminArgs, AdminHandle, LogFormat, Progress, Shutdown};
 use tokio::sync::mpsc;
@@ -42,6 +43,8 @@ enum Cmd {
     Checkpoint(CheckpointArgs),
     /// Validate a config (and the files it names) without connecting; print the result.
     CheckConfig(ConfigArgs),
+    /// Print the EtcdMirror CustomResourceDefinition (YAML, as checked in at deploy/crd.yaml).
+    Crd,
     /// Compare the target range with the rewritten source range key by key; exit 0 when
     /// equal. On a live source, retries until equal or --wait elapses.
     Verify(VerifyArgs),
@@ -71,8 +74,27 @@ struct ConfigArgs {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
+    /// Mirror config (YAML or JSON, EtcdMirror field names).
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        required_unless_present = "resource",
+        conflicts_with = "resource"
+    )]
+    config: Option<PathBuf>,
+    /// Take the spec from this EtcdMirror and write its status back through the status
+    /// subresource (in-cluster credentials unless --kubeconfig or --context is given).
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    resource: Option<tidemark_api::ResourceRef>,
+    /// Kubeconfig file for --resource.
+    #[arg(long, value_name = "FILE", requires = "resource")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for --resource.
+    #[arg(long, value_name = "NAME", requires = "resource")]
+    context: Option<String>,
     #[command(flatten)]
-    cfg: ConfigArgs,
+    overrides: OverrideArgs,
     #[command(flatten)]
     admin: AdminArgs,
     /// Log line format on stderr.
@@ -169,6 +191,38 @@ fn load(a: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
         .with_context(|| format!("config {}", a.config.display()))
 }
 
+/// At most one EtcdMirror status patch per this interval; phase changes go out at once.
+const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What `run --resource` keeps for the status publisher.
+type FromResource = (
+    kube::Client,
+    tidemark_api::ResourceRef,
+    tidemark_api::Resolved,
+);
+
+/// The validated config to run, from `--config` or `--resource`; nothing has connected to
+/// etcd yet.
+async fn run_spec(
+    a: &RunArgs,
+    secrets: &std::path::Path,
+) -> anyhow::Result<(MirrorConfig, Option<FromResource>)> {
+    let overrides = a.overrides.to_overrides();
+    if let Some(path) = &a.config {
+        let c = tidemark_etcd::config::load(path, &overrides)
+            .with_context(|| format!("config {}", path.display()))?;
+        return Ok((c, None));
+    }
+    let Some(r) = a.resource.clone() else {
+        bail!("one of --config or --resource is required");
+    };
+    let client =
+        tidemark_etcd::resource::client(a.kubeconfig.as_deref(), a.context.clone()).await?;
+    let resolved = tidemark_etcd::resource::load(client.clone(), &r, secrets, &overrides).await?;
+    tracing::info!(resource = %r, generation = resolved.generation, uid = %resolved.uid, "spec read from the EtcdMirror");
+    Ok((resolved.config.clone(), Some((client, r, resolved))))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -187,6 +241,10 @@ fn main() -> ExitCode {
             Cmd::Run(a) => run(a).await,
             Cmd::Checkpoint(a) => checkpoint(a).await,
             Cmd::Verify(a) => verify(a).await,
+            Cmd::Crd => {
+                print!("{}", tidemark_api::crd_yaml());
+                Ok(ExitCode::SUCCESS)
+            }
             Cmd::CheckConfig(a) => {
                 let c = load(&a)?;
                 println!(
@@ -215,10 +273,15 @@ struct Sink {
     progress: Option<Progress>,
     show_progress: bool,
     last_phase: Option<Phase>,
+    /// The EtcdMirror status publisher, with --resource.
+    resource: Option<StatusFeed>,
 }
 
 impl StatusSink for Sink {
-    fn publish(&mut self, s: &Status, _now: Instant) {
+    fn publish(&mut self, s: &Status, now: Instant) {
+        if let Some(f) = &self.resource {
+            f.offer(s, now);
+        }
         self.admin.heartbeat();
         self.metrics.update(s);
         match serde_json::to_value(s) {
@@ -255,7 +318,12 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     // Signals first: from here on SIGTERM no longer kills the process mid-write.
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     tidemark_runtime::logging::init(a.log_format, "info")?;
-    let config = load(&a.cfg)?;
+    // Resolved Secret material lives here (mode 0600) until the agent exits.
+    let secrets = tempfile::Builder::new()
+        .prefix("tidemark-secrets-")
+        .tempdir()
+        .context("creating a directory for Secret material")?;
+    let (config, resource) = run_spec(&a, secrets.path()).await?;
     let exec = Executor::from_config(&config)?;
     let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
     let mirror = Mirror::new(config.clone(), seed)?;
@@ -283,6 +351,9 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             }
         });
     }
+    let publisher = resource.map(|(client, r, resolved)| {
+        tidemark_etcd::resource::spawn(client, r, &resolved, STATUS_INTERVAL, ctl_tx.clone())
+    });
     drop(ctl_tx);
     let server = admin
         .serve(&a.admin.config())
@@ -304,6 +375,7 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         progress: None,
         show_progress: !a.no_progress,
         last_phase: None,
+        resource: publisher.as_ref().map(|(feed, _)| feed.clone()),
     };
     let agent = Agent::new(mirror, exec, AgentOptions::default());
     let (reason, mirror) = agent
@@ -319,6 +391,13 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         p.finish();
     }
     let s = mirror.status();
+    if let Some((_, p)) = publisher {
+        match p.finish().await {
+            Ok(Ended::Finished) => {}
+            Ok(Ended::Deleted) => tracing::warn!("the EtcdMirror is gone; no final status written"),
+            Err(e) => tracing::warn!(error = %e, "the final EtcdMirror status was not written"),
+        }
+    }
     let _ = server.shutdown().await;
     match reason {
         StopReason::Shutdown => {
