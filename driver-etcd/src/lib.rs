@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod config;
 pub mod connect;
+pub mod drain;
 pub mod error;
 pub mod exec;
 pub mod insecure;

@@ -48,6 +48,22 @@ enum Cmd {
     /// Compare the target range with the rewritten source range key by key; exit 0 when
     /// equal. On a live source, retries until equal or --wait elapses.
     Verify(VerifyArgs),
+    /// Ask a running agent to drain and cut over (POST /v1/drain), wait for the cut-over,
+    /// and print the cut-over record (`status.cutover`) as JSON; exit 0 on CutoverReady.
+    Drain(DrainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DrainArgs {
+    /// The agent's admin server (its --admin-addr).
+    #[arg(long, value_name = "HOST:PORT", default_value = tidemark_runtime::admin::DEFAULT_ADMIN_ADDR)]
+    admin: String,
+    /// Give up (exit 1) when no cut-over is published within this long.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    /// Do not draw drain progress on the terminal.
+    #[arg(long)]
+    no_progress: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -103,6 +119,10 @@ struct RunArgs {
     /// Do not draw genesis progress on the terminal.
     #[arg(long)]
     no_progress: bool,
+    /// After a drain ends (cut over or failed), keep serving /statusz this long so a
+    /// waiting `tidemark-mirror drain` can read the outcome; SIGTERM ends it early.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    drain_linger: std::time::Duration,
 }
 
 #[derive(Debug, clap::Args)]
@@ -160,6 +180,15 @@ struct OverrideArgs {
     /// Override link (the link identity recorded in the fence).
     #[arg(long, value_name = "ID")]
     link: Option<String>,
+    /// Enable the periodic diff-and-repair pass with this interval (reconciliation.interval).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    reconcile_interval: Option<std::time::Duration>,
+    /// Override reconciliation.deleteOrphans.
+    #[arg(long, value_name = "BOOL")]
+    delete_orphans: Option<bool>,
+    /// Override sync.maxOpsPerSecond (0 = unpaced).
+    #[arg(long, value_name = "N")]
+    max_ops_per_second: Option<u32>,
 }
 
 impl OverrideArgs {
@@ -182,6 +211,9 @@ impl OverrideArgs {
             start_revision: self.start_revision,
             max_txn_ops: self.max_txn_ops,
             link: self.link.clone(),
+            reconcile_interval: self.reconcile_interval,
+            delete_orphans: self.delete_orphans,
+            max_ops_per_second: self.max_ops_per_second,
         }
     }
 }
@@ -245,6 +277,7 @@ fn main() -> ExitCode {
                 print!("{}", tidemark_api::crd_yaml());
                 Ok(ExitCode::SUCCESS)
             }
+            Cmd::Drain(a) => drain(a).await,
             Cmd::CheckConfig(a) => {
                 let c = load(&a)?;
                 println!(
@@ -378,11 +411,18 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         resource: publisher.as_ref().map(|(feed, _)| feed.clone()),
     };
     let agent = Agent::new(mirror, exec, AgentOptions::default());
+    // The signal is shared by the agent and the post-drain linger.
+    let (sig_tx, sig_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.recv().await;
+        let _ = sig_tx.send(true);
+    });
+    let mut agent_sig = sig_rx.clone();
     let (reason, mirror) = agent
         .run(
             ctl_rx,
             async move {
-                shutdown.recv().await;
+                let _ = agent_sig.wait_for(|s| *s).await;
             },
             &mut sink,
         )
@@ -397,6 +437,17 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             Ok(Ended::Deleted) => tracing::warn!("the EtcdMirror is gone; no final status written"),
             Err(e) => tracing::warn!(error = %e, "the final EtcdMirror status was not written"),
         }
+    }
+    let drain_ended = match &reason {
+        StopReason::Drained => true,
+        StopReason::Failed { .. } => {
+            config.mode == Mode::Drain || s.drain_target_revision.is_some()
+        }
+        StopReason::Shutdown => false,
+    };
+    if drain_ended && !a.drain_linger.is_zero() {
+        let mut sig = sig_rx;
+        let _ = tokio::time::timeout(a.drain_linger, sig.wait_for(|s| *s)).await;
     }
     let _ = server.shutdown().await;
     match reason {
@@ -490,5 +541,23 @@ async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+async fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
+    tidemark_runtime::logging::init(LogFormat::Plain, "info")?;
+    match tidemark_etcd::drain::drain(&a.admin, a.timeout, !a.no_progress).await {
+        Ok(cutover) => {
+            println!("{}", serde_json::to_string_pretty(&cutover)?);
+            eprintln!(
+                "cut-over ready: the target is verified and its fence role is Primary (drained at revision {})",
+                cutover["drainedRevision"]
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("tidemark-mirror drain: {e}");
+            Ok(ExitCode::from(1))
+        }
     }
 }
