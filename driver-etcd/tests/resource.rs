@@ -199,8 +199,9 @@ async fn etcdmirror_goes_through_initial_sync_syncing_draining_and_drained() {
     assert_eq!(s.initial_sync_copied_key_count, 2000);
     assert_eq!(s.role, "Mirror");
 
-    // A backlog for the drain to catch up on, then the drain through a spec update.
-    load(&src, "/app/burst/", 1500, 64).await;
+    // A backlog for the drain to catch up on (5 s at 500 ops/s, longer than the agent's 2 s
+    // spec poll), then the drain through a spec update.
+    load(&src, "/app/burst/", 2500, 64).await;
     let patched = api
         .patch(
             "m",
@@ -217,6 +218,7 @@ async fn etcdmirror_goes_through_initial_sync_syncing_draining_and_drained() {
     })
     .await;
     let phases: Vec<Phase> = seen.borrow().iter().map(|s| s.phase).collect();
+    eprintln!("phases seen on the apiserver: {phases:?}");
     let mut want = [
         Phase::InitialSync,
         Phase::Syncing,
@@ -253,13 +255,13 @@ async fn etcdmirror_goes_through_initial_sync_syncing_draining_and_drained() {
     let cut = s.cutover.clone().expect("cutover published");
     assert_eq!(cut.drained_revision, source_rev);
     assert_eq!(cut.drain_target_revision, source_rev);
-    assert_eq!(cut.counts.source_key_count, 3500);
-    assert_eq!(cut.counts.target_key_count, 3500);
+    assert_eq!(cut.counts.source_key_count, 4500);
+    assert_eq!(cut.counts.target_key_count, 4500);
     assert_eq!(
         (cut.counts.missing, cut.counts.divergent, cut.counts.orphan),
         (0, 0, 0)
     );
-    assert!(s.applied_ops >= 3500, "{s:#?}");
+    assert!(s.applied_ops >= 4500, "{s:#?}");
     converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
 
     let o = api.get("m").await.unwrap();
