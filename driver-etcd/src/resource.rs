@@ -137,6 +137,7 @@ pub fn spawn(
         written_phase: None,
         latest: None,
         pending: false,
+        failing: false,
         deleted: false,
         controls,
         min_interval,
@@ -196,6 +197,8 @@ struct Task {
     latest: Option<(Status, Instant)>,
     /// A status is waiting for the rate limit or a retry.
     pending: bool,
+    /// The last write failed (warned once until a write succeeds).
+    failing: bool,
     deleted: bool,
     controls: mpsc::Sender<Control>,
     min_interval: Duration,
@@ -207,7 +210,6 @@ impl Task {
         mut rx: watch::Receiver<Option<(Status, Instant)>>,
         mut stop: oneshot::Receiver<()>,
     ) -> Task {
-        let retry = Duration::from_millis(250);
         let mut poll = tokio::time::interval(self.min_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !self.deleted {
@@ -224,11 +226,20 @@ impl Task {
                     self.latest = rx.borrow_and_update().clone();
                     self.write().await;
                 }
-                _ = tokio::time::sleep(retry), if self.pending => self.write().await,
+                _ = tokio::time::sleep(self.retry_delay()), if self.pending => self.write().await,
                 _ = poll.tick() => self.check_object().await,
             }
         }
         self
+    }
+
+    /// Soon for a rate-limited status; a full interval after a failed write.
+    fn retry_delay(&self) -> Duration {
+        if self.failing {
+            self.min_interval
+        } else {
+            Duration::from_millis(250)
+        }
     }
 
     fn api_status(&mut self) -> Option<EtcdMirrorStatus> {
@@ -257,12 +268,18 @@ impl Task {
             Ok(Published::Written) => {
                 self.written_phase = phase;
                 self.pending = false;
+                self.failing = false;
             }
             Ok(Published::Unchanged) => self.pending = false,
             Ok(Published::RateLimited) => self.pending = true,
             Err(WriteError::NotFound(_)) => self.gone("its status subresource returned 404").await,
             Err(e) => {
-                tracing::warn!(resource = %self.resource, error = %e, "status write failed; retrying");
+                if self.failing {
+                    tracing::debug!(resource = %self.resource, error = %e, "status write failed again");
+                } else {
+                    tracing::warn!(resource = %self.resource, error = %e, "status write failed; retrying");
+                }
+                self.failing = true;
                 self.pending = true;
             }
         }
