@@ -28,8 +28,7 @@ fn checked_in_crd_is_fresh() {
     assert!(
         have == want,
         "deploy/crd.yaml is stale; regenerate it with\n  \
-         cargo run -p tidemark-api --example crd > deploy/crd.yaml\n\
-         (or `tidemark-mirror crd > deploy/crd.yaml` once that subcommand exists)"
+         cargo run -q -p tidemark-etcd --bin tidemark-mirror -- crd > deploy/crd.yaml"
     );
 }
 

@@ -20,6 +20,10 @@ pub struct Overrides {
     pub start_revision: Option<i64>,
     pub max_txn_ops: Option<u32>,
     pub link: Option<String>,
+    /// Turns the periodic pass on with this interval.
+    pub reconcile_interval: Option<std::time::Duration>,
+    pub delete_orphans: Option<bool>,
+    pub max_ops_per_second: Option<u32>,
 }
 
 impl Overrides {
@@ -54,6 +58,16 @@ impl Overrides {
         }
         if let Some(l) = &self.link {
             c.link = Some(l.clone());
+        }
+        if let Some(i) = self.reconcile_interval {
+            c.reconciliation.enabled = true;
+            c.reconciliation.interval = i;
+        }
+        if let Some(d) = self.delete_orphans {
+            c.reconciliation.delete_orphans = d;
+        }
+        if let Some(n) = self.max_ops_per_second {
+            c.sync.max_ops_per_second = n;
         }
     }
 }
@@ -217,6 +231,43 @@ sync: {maxTxnOps: 1}
         ] {
             assert!(err.contains(f), "missing {f} in {err}");
         }
+    }
+
+    #[test]
+    fn reconciliation_and_drain_from_file_and_flags() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "m.yaml",
+            r#"
+mode: Drain
+source: {endpointList: ["http://127.0.0.1:2379"], prefix: /app/}
+target: {endpointList: ["http://127.0.0.1:22379"], prefix: /mirror/}
+reconciliation: {enabled: true, interval: 5m, deleteOrphans: true}
+"#,
+        );
+        let c = load(&p, &Overrides::default()).unwrap();
+        assert_eq!(c.mode, Mode::Drain);
+        assert!(c.reconciliation.enabled && c.reconciliation.delete_orphans);
+        assert_eq!(c.reconciliation.interval.as_secs(), 300);
+        let o = Overrides {
+            mode: Some(Mode::Sync),
+            reconcile_interval: Some(std::time::Duration::from_secs(30)),
+            delete_orphans: Some(false),
+            max_ops_per_second: Some(500),
+            ..Default::default()
+        };
+        let c = load(&p, &o).unwrap();
+        assert_eq!(c.mode, Mode::Sync);
+        assert_eq!(c.reconciliation.interval.as_secs(), 30);
+        assert!(!c.reconciliation.delete_orphans);
+        assert_eq!(c.sync.max_ops_per_second, 500);
+        let o = Overrides {
+            reconcile_interval: Some(std::time::Duration::from_millis(10)),
+            ..Default::default()
+        };
+        let err = load(&p, &o).unwrap_err().to_string();
+        assert!(err.contains("reconciliation.interval"), "{err}");
     }
 
     #[test]

@@ -8,11 +8,13 @@
 pub mod agent;
 pub mod config;
 pub mod connect;
+pub mod drain;
 pub mod error;
 pub mod exec;
 pub mod insecure;
 pub mod metrics;
 pub mod probe;
+pub mod resource;
 pub mod verify;
 pub mod watch;
 

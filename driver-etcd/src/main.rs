@@ -16,6 +16,7 @@ use tidemark_core::Instant;
 use tidemark_etcd::agent::{AgentOptions, StatusSink};
 use tidemark_etcd::config::Overrides;
 use tidemark_etcd::metrics::MirrorMetrics;
+use tidemark_etcd::resource::{Ended, StatusFeed};
 use tidemark_etcd::{Agent, Executor};
 use tidemark_runtime::{Admin, AdminArgs, AdminHandle, LogFormat, Progress, Shutdown};
 use tokio::sync::mpsc;
@@ -42,9 +43,27 @@ enum Cmd {
     Checkpoint(CheckpointArgs),
     /// Validate a config (and the files it names) without connecting; print the result.
     CheckConfig(ConfigArgs),
+    /// Print the EtcdMirror CustomResourceDefinition (YAML, as checked in at deploy/crd.yaml).
+    Crd,
     /// Compare the target range with the rewritten source range key by key; exit 0 when
     /// equal. On a live source, retries until equal or --wait elapses.
     Verify(VerifyArgs),
+    /// Ask a running agent to drain and cut over (POST /v1/drain), wait for the cut-over,
+    /// and print the cut-over record (`status.cutover`) as JSON; exit 0 on CutoverReady.
+    Drain(DrainArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct DrainArgs {
+    /// The agent's admin server (its --admin-addr).
+    #[arg(long, value_name = "HOST:PORT", default_value = tidemark_runtime::admin::DEFAULT_ADMIN_ADDR)]
+    admin: String,
+    /// Give up (exit 1) when no cut-over is published within this long.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    /// Do not draw drain progress on the terminal.
+    #[arg(long)]
+    no_progress: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -71,8 +90,27 @@ struct ConfigArgs {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
+    /// Mirror config (YAML or JSON, EtcdMirror field names).
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        required_unless_present = "resource",
+        conflicts_with = "resource"
+    )]
+    config: Option<PathBuf>,
+    /// Take the spec from this EtcdMirror and write its status back through the status
+    /// subresource (in-cluster credentials unless --kubeconfig or --context is given).
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    resource: Option<tidemark_api::ResourceRef>,
+    /// Kubeconfig file for --resource.
+    #[arg(long, value_name = "FILE", requires = "resource")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for --resource.
+    #[arg(long, value_name = "NAME", requires = "resource")]
+    context: Option<String>,
     #[command(flatten)]
-    cfg: ConfigArgs,
+    overrides: OverrideArgs,
     #[command(flatten)]
     admin: AdminArgs,
     /// Log line format on stderr.
@@ -81,6 +119,10 @@ struct RunArgs {
     /// Do not draw genesis progress on the terminal.
     #[arg(long)]
     no_progress: bool,
+    /// After a drain ends (cut over or failed), keep serving /statusz this long so a
+    /// waiting `tidemark-mirror drain` can read the outcome; SIGTERM ends it early.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    drain_linger: std::time::Duration,
 }
 
 #[derive(Debug, clap::Args)]
@@ -138,6 +180,15 @@ struct OverrideArgs {
     /// Override link (the link identity recorded in the fence).
     #[arg(long, value_name = "ID")]
     link: Option<String>,
+    /// Enable the periodic diff-and-repair pass with this interval (reconciliation.interval).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    reconcile_interval: Option<std::time::Duration>,
+    /// Override reconciliation.deleteOrphans.
+    #[arg(long, value_name = "BOOL")]
+    delete_orphans: Option<bool>,
+    /// Override sync.maxOpsPerSecond (0 = unpaced).
+    #[arg(long, value_name = "N")]
+    max_ops_per_second: Option<u32>,
 }
 
 impl OverrideArgs {
@@ -160,6 +211,9 @@ impl OverrideArgs {
             start_revision: self.start_revision,
             max_txn_ops: self.max_txn_ops,
             link: self.link.clone(),
+            reconcile_interval: self.reconcile_interval,
+            delete_orphans: self.delete_orphans,
+            max_ops_per_second: self.max_ops_per_second,
         }
     }
 }
@@ -167,6 +221,38 @@ impl OverrideArgs {
 fn load(a: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
     tidemark_etcd::config::load(&a.config, &a.overrides.to_overrides())
         .with_context(|| format!("config {}", a.config.display()))
+}
+
+/// At most one EtcdMirror status patch per this interval; phase changes go out at once.
+const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// What `run --resource` keeps for the status publisher.
+type FromResource = (
+    kube::Client,
+    tidemark_api::ResourceRef,
+    tidemark_api::Resolved,
+);
+
+/// The validated config to run, from `--config` or `--resource`; nothing has connected to
+/// etcd yet.
+async fn run_spec(
+    a: &RunArgs,
+    secrets: &std::path::Path,
+) -> anyhow::Result<(MirrorConfig, Option<FromResource>)> {
+    let overrides = a.overrides.to_overrides();
+    if let Some(path) = &a.config {
+        let c = tidemark_etcd::config::load(path, &overrides)
+            .with_context(|| format!("config {}", path.display()))?;
+        return Ok((c, None));
+    }
+    let Some(r) = a.resource.clone() else {
+        bail!("one of --config or --resource is required");
+    };
+    let client =
+        tidemark_etcd::resource::client(a.kubeconfig.as_deref(), a.context.clone()).await?;
+    let resolved = tidemark_etcd::resource::load(client.clone(), &r, secrets, &overrides).await?;
+    tracing::info!(resource = %r, generation = resolved.generation, uid = %resolved.uid, "spec read from the EtcdMirror");
+    Ok((resolved.config.clone(), Some((client, r, resolved))))
 }
 
 fn main() -> ExitCode {
@@ -187,6 +273,11 @@ fn main() -> ExitCode {
             Cmd::Run(a) => run(a).await,
             Cmd::Checkpoint(a) => checkpoint(a).await,
             Cmd::Verify(a) => verify(a).await,
+            Cmd::Crd => {
+                print!("{}", tidemark_api::crd_yaml());
+                Ok(ExitCode::SUCCESS)
+            }
+            Cmd::Drain(a) => drain(a).await,
             Cmd::CheckConfig(a) => {
                 let c = load(&a)?;
                 println!(
@@ -215,10 +306,15 @@ struct Sink {
     progress: Option<Progress>,
     show_progress: bool,
     last_phase: Option<Phase>,
+    /// The EtcdMirror status publisher, with --resource.
+    resource: Option<StatusFeed>,
 }
 
 impl StatusSink for Sink {
-    fn publish(&mut self, s: &Status, _now: Instant) {
+    fn publish(&mut self, s: &Status, now: Instant) {
+        if let Some(f) = &self.resource {
+            f.offer(s, now);
+        }
         self.admin.heartbeat();
         self.metrics.update(s);
         match serde_json::to_value(s) {
@@ -255,7 +351,12 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     // Signals first: from here on SIGTERM no longer kills the process mid-write.
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     tidemark_runtime::logging::init(a.log_format, "info")?;
-    let config = load(&a.cfg)?;
+    // Resolved Secret material lives here (mode 0600) until the agent exits.
+    let secrets = tempfile::Builder::new()
+        .prefix("tidemark-secrets-")
+        .tempdir()
+        .context("creating a directory for Secret material")?;
+    let (config, resource) = run_spec(&a, secrets.path()).await?;
     let exec = Executor::from_config(&config)?;
     let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
     let mirror = Mirror::new(config.clone(), seed)?;
@@ -283,6 +384,9 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             }
         });
     }
+    let publisher = resource.map(|(client, r, resolved)| {
+        tidemark_etcd::resource::spawn(client, r, &resolved, STATUS_INTERVAL, ctl_tx.clone())
+    });
     drop(ctl_tx);
     let server = admin
         .serve(&a.admin.config())
@@ -304,13 +408,21 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         progress: None,
         show_progress: !a.no_progress,
         last_phase: None,
+        resource: publisher.as_ref().map(|(feed, _)| feed.clone()),
     };
     let agent = Agent::new(mirror, exec, AgentOptions::default());
+    // The signal is shared by the agent and the post-drain linger.
+    let (sig_tx, sig_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.recv().await;
+        let _ = sig_tx.send(true);
+    });
+    let mut agent_sig = sig_rx.clone();
     let (reason, mirror) = agent
         .run(
             ctl_rx,
             async move {
-                shutdown.recv().await;
+                let _ = agent_sig.wait_for(|s| *s).await;
             },
             &mut sink,
         )
@@ -319,6 +431,24 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         p.finish();
     }
     let s = mirror.status();
+    if let Some((_, p)) = publisher {
+        match p.finish().await {
+            Ok(Ended::Finished) => {}
+            Ok(Ended::Deleted) => tracing::warn!("the EtcdMirror is gone; no final status written"),
+            Err(e) => tracing::warn!(error = %e, "the final EtcdMirror status was not written"),
+        }
+    }
+    let drain_ended = match &reason {
+        StopReason::Drained => true,
+        StopReason::Failed { .. } => {
+            config.mode == Mode::Drain || s.drain_target_revision.is_some()
+        }
+        StopReason::Shutdown => false,
+    };
+    if drain_ended && !a.drain_linger.is_zero() {
+        let mut sig = sig_rx;
+        let _ = tokio::time::timeout(a.drain_linger, sig.wait_for(|s| *s)).await;
+    }
     let _ = server.shutdown().await;
     match reason {
         StopReason::Shutdown => {
@@ -411,5 +541,23 @@ async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+async fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
+    tidemark_runtime::logging::init(LogFormat::Plain, "info")?;
+    match tidemark_etcd::drain::drain(&a.admin, a.timeout, !a.no_progress).await {
+        Ok(cutover) => {
+            println!("{}", serde_json::to_string_pretty(&cutover)?);
+            eprintln!(
+                "cut-over ready: the target is verified and its fence role is Primary (drained at revision {})",
+                cutover["drainedRevision"]
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("tidemark-mirror drain: {e}");
+            Ok(ExitCode::from(1))
+        }
     }
 }

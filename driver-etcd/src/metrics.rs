@@ -30,6 +30,13 @@ pub struct MirrorMetrics {
     initial_sync_total: Gauge,
     lease_backed_keys: Gauge,
     epoch: Gauge,
+    drift: Family<Labels, Gauge>,
+    pass_duration: Gauge<f64, AtomicU64>,
+    reconcile_passes: Counter,
+    repaired_keys: Counter,
+    watch_cancels_for_pacing: Counter,
+    cutover_ready: Gauge,
+    drain_target: Gauge,
     backoff_attempt: Family<Labels, Gauge>,
     condition: Family<Labels, Gauge>,
     phase: Family<Labels, Gauge>,
@@ -130,6 +137,41 @@ impl MirrorMetrics {
         );
         r.register("fence_epoch", "Fence epoch held", self.epoch.clone());
         r.register(
+            "drift_keys",
+            "Drift found by the last diff-and-repair pass, by kind (missing, divergent, orphan)",
+            self.drift.clone(),
+        );
+        r.register(
+            "reconcile_pass_duration_seconds",
+            "Wall time of the last diff-and-repair pass (periodic or drain verification)",
+            self.pass_duration.clone(),
+        );
+        r.register(
+            "reconcile_passes",
+            "Diff-and-repair passes completed",
+            self.reconcile_passes.clone(),
+        );
+        r.register(
+            "repaired_keys",
+            "Target keys written or deleted by diff-and-repair passes",
+            self.repaired_keys.clone(),
+        );
+        r.register(
+            "watch_cancels_for_pacing",
+            "Source watch cancellations because a paced repair queued more than ~3s of work",
+            self.watch_cancels_for_pacing.clone(),
+        );
+        r.register(
+            "cutover_ready",
+            "1 once the drain verified the target and flipped the fence to Primary",
+            self.cutover_ready.clone(),
+        );
+        r.register(
+            "drain_target_revision",
+            "Source revision the drain waits for (0 before a drain)",
+            self.drain_target.clone(),
+        );
+        r.register(
             "backoff_attempt",
             "Current backoff attempt by curve (0 when not backing off)",
             self.backoff_attempt.clone(),
@@ -167,6 +209,24 @@ impl MirrorMetrics {
             .set(i(s.initial_sync_total_key_count));
         self.lease_backed_keys.set(i(s.lease_backed_key_count));
         self.epoch.set(i(s.epoch));
+        let drift = s.last_drift.unwrap_or_default();
+        for (kind, n) in [
+            ("missing", drift.missing),
+            ("divergent", drift.divergent),
+            ("orphan", drift.orphan),
+        ] {
+            self.drift
+                .get_or_create(&vec![("kind".to_string(), kind.to_string())])
+                .set(i(n));
+        }
+        self.pass_duration.set(s.last_pass_duration_seconds);
+        delta(&self.reconcile_passes, s.reconcile_passes);
+        delta(&self.repaired_keys, s.repaired_keys);
+        delta(&self.watch_cancels_for_pacing, s.watch_cancels_for_pacing);
+        self.cutover_ready.set(i64::from(
+            s.cutover.is_some() && s.condition(ConditionType::CutoverReady),
+        ));
+        self.drain_target.set(s.drain_target_revision.unwrap_or(0));
         for kind in ["transient", "throttled", "quota"] {
             let attempt = match &s.backoff {
                 Some(b) if b.kind == kind => i64::from(b.attempt),
@@ -226,5 +286,60 @@ mod tests {
             out.contains("tidemark_mirror_condition{type=\"Available\"} 1"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn exports_drift_and_cutover() {
+        let m = MirrorMetrics::default();
+        let mut reg = Registry::default();
+        m.register(&mut reg);
+        let mut s = Status {
+            reconcile_passes: 2,
+            repaired_keys: 5,
+            watch_cancels_for_pacing: 1,
+            last_pass_duration_seconds: 1.5,
+            drain_target_revision: Some(77),
+            last_drift: Some(tidemark_core::mirror::Counts {
+                missing: 3,
+                divergent: 2,
+                orphan: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        m.update(&s);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        for want in [
+            "tidemark_mirror_drift_keys{kind=\"missing\"} 3",
+            "tidemark_mirror_drift_keys{kind=\"divergent\"} 2",
+            "tidemark_mirror_drift_keys{kind=\"orphan\"} 1",
+            "tidemark_mirror_reconcile_pass_duration_seconds 1.5",
+            "tidemark_mirror_reconcile_passes_total 2",
+            "tidemark_mirror_repaired_keys_total 5",
+            "tidemark_mirror_watch_cancels_for_pacing_total 1",
+            "tidemark_mirror_cutover_ready 0",
+            "tidemark_mirror_drain_target_revision 77",
+        ] {
+            assert!(out.contains(want), "missing {want} in {out}");
+        }
+        s.set_condition(
+            tidemark_core::Instant(0),
+            ConditionType::CutoverReady,
+            true,
+            "Drained",
+            "",
+        );
+        s.cutover = Some(tidemark_core::mirror::Cutover {
+            drain_target_revision: 77,
+            drained_revision: 77,
+            verified_time: tidemark_core::Instant(0),
+            counts: Default::default(),
+            leased_key_count: 0,
+        });
+        m.update(&s);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &reg).unwrap();
+        assert!(out.contains("tidemark_mirror_cutover_ready 1"), "{out}");
     }
 }

@@ -256,6 +256,11 @@ pub struct Proc {
 impl Proc {
     /// Writes `c` as JSON into `dir` and starts `tidemark-mirror run`.
     pub fn start(c: &MirrorConfig, dir: &Path, tag: &str) -> Proc {
+        Proc::start_with(c, dir, tag, &[])
+    }
+
+    /// As [`Proc::start`], with extra `run` flags.
+    pub fn start_with(c: &MirrorConfig, dir: &Path, tag: &str, extra: &[&str]) -> Proc {
         let cfg = dir.join(format!("{tag}.json"));
         std::fs::write(&cfg, serde_json::to_vec_pretty(c).expect("config json"))
             .expect("write config");
@@ -270,6 +275,7 @@ impl Proc {
         let child = std::process::Command::new(bin())
             .args(["run", "--no-progress", "--admin-addr", &admin, "-c"])
             .arg(&cfg)
+            .args(extra)
             .env("RUST_LOG", "info,tidemark_etcd=debug")
             .stdin(Stdio::null())
             .stdout(f.try_clone().expect("log"))
