@@ -47,7 +47,7 @@ const AVOID_OPEN_BUG_DELETE_AT_COMPACT_REVISION: bool = false;
 /// instead of retrying them, genesis completes, and the target keeps a stale key under a
 /// settled watermark. Until fixed, injected failures skip Txns that delete. Set to `false`
 /// once fixed.
-const AVOID_OPEN_BUG_SWEEP_TXN_FAILURE: bool = true;
+const AVOID_OPEN_BUG_SWEEP_TXN_FAILURE: bool = false;
 
 /// Fixed in core (splits allowed during replay); kept as a switch. Was: a source
 /// revision with more ops than one Txn holds, arriving while genesis replays, is split, and
@@ -636,10 +636,10 @@ fn delete_at_compact_revision_is_not_lost() {
     );
 }
 
-/// The shrunk case of the second open bug: see `AVOID_OPEN_BUG_SWEEP_TXN_FAILURE`. Fails once
-/// core is fixed; then set the flag to `false` and keep this as a regression test.
+/// Regression (was an open bug until core stopped adopting an unchanged fence as its own
+/// write): a prune-sweep Txn that fails without applying must be retried, not skipped.
 #[test]
-fn open_bug_sweep_delete_lost_on_transient_failure() {
+fn sweep_delete_is_retried_after_a_transient_failure() {
     let mut h = Harness::new(3, true);
     for _ in 0..9 {
         h.step();
@@ -655,12 +655,14 @@ fn open_bug_sweep_delete_lost_on_transient_failure() {
     for _ in 0..6 {
         h.step();
     }
+    for _ in 0..200 {
+        h.step();
+    }
     let f = h.fence().unwrap();
-    let broken = f.is_consistent() && f.watermark > 0 && !h.target_window().is_empty();
+    assert!(f.is_consistent(), "genesis settles: {f:?}");
     assert!(
-        broken,
-        "the open bug no longer reproduces (fence {f:?}, target {:?}): set \
-         AVOID_OPEN_BUG_SWEEP_TXN_FAILURE to false and keep this as a regression test",
+        h.target_window().is_empty(),
+        "the stale keys are swept after the retry: {:?}",
         h.target_window()
     );
 }

@@ -318,12 +318,15 @@ impl Mirror {
     pub(super) fn on_resolve(&mut self, now: Instant, c: Commit, r: RangeReply) {
         let current = r.kvs.into_iter().next();
         match &current {
+            // Every commit rewrites the fence, so an unchanged mod revision means it did not
+            // apply — even when the record bytes are the same (sweeps, repairs and probes
+            // write an unchanged record, so equal bytes alone prove nothing).
+            Some(kv) if kv.mod_revision == self.fence_rev => {
+                self.requeue_after_failure(now, c, false)
+            }
             Some(kv) if kv.value == c.bytes => {
                 let rev = kv.mod_revision;
                 self.commit_applied(now, c, rev);
-            }
-            Some(kv) if kv.mod_revision == self.fence_rev => {
-                self.requeue_after_failure(now, c, false)
             }
             None if self.fence_rev == 0 => self.requeue_after_failure(now, c, false),
             _ => self.judge_fence(now, c, current),

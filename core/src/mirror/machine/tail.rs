@@ -4,6 +4,10 @@ use super::*;
 
 impl Mirror {
     pub(super) fn start_tail(&mut self, now: Instant) {
+        if self.next_reconcile.is_none() {
+            // A resumed agent schedules its first pass too, not only one that just synced.
+            self.arm_reconcile(now);
+        }
         self.stage = Stage::Tail;
         self.status.phase = Phase::Syncing;
         self.status
