@@ -127,7 +127,7 @@ pub struct EtcdMirrorStatus {
     pub lag_revisions: i64,
     pub lag_seconds: f64,
     pub link: String,
-    /// Fence epoch (the agent claims `metadata.generation`-derived epochs).
+    /// Fence epoch; an agent run from an EtcdMirror claims at least `metadata.generation`.
     pub epoch: u64,
     /// Per-process fence nonce of the agent holding the fence.
     pub holder: String,

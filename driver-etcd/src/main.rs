@@ -359,7 +359,12 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let (config, resource) = run_spec(&a, secrets.path()).await?;
     let exec = Executor::from_config(&config)?;
     let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
-    let mirror = Mirror::new(config.clone(), seed)?;
+    let mut mirror = Mirror::new(config.clone(), seed)?;
+    if let Some((_, _, resolved)) = &resource {
+        // The EtcdMirror design: an agent never claims an epoch below the spec generation,
+        // so an agent still running an older spec cannot out-rank the newer one.
+        mirror.set_epoch_floor(u64::try_from(resolved.generation).unwrap_or(0));
+    }
 
     let mut admin = Admin::new("tidemark-mirror", env!("CARGO_PKG_VERSION"));
     let handle = admin.handle();

@@ -587,11 +587,9 @@ both_versions!(
     sigkill_during_drain
 );
 
-/// Core bug: only `genesis_done` and a finished pass arm the periodic deadline, and
-/// `start_tail` (the resume path) does not, so an agent that resumes from a checkpoint
-/// without a rescan never runs a periodic pass (until someone POSTs /v1/reconcile).
+/// Regression: an agent that resumes from a checkpoint without a rescan must arm the
+/// periodic pass too (it used to run one only after genesis or on POST /v1/reconcile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "core bug: a resumed agent (no genesis) never arms the reconciliation deadline"]
 async fn resumed_agent_runs_periodic_passes() {
     let Some((src, tgt)) = pair(V::V35).await else {
         return;
