@@ -1328,7 +1328,7 @@ fn elide(v: &mut serde_json::Value) {
             for (k, x) in m.iter_mut() {
                 if k == "value" {
                     if let serde_json::Value::String(s) = x {
-                        if s.len() > 24 {
+                        if s.len() > 24 && std::env::var_os("TIDEMARK_SIM_FULL_VALUES").is_none() {
                             *x = serde_json::Value::String(format!("<{} b64 chars>", s.len()));
                         }
                     }

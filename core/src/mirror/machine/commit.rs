@@ -147,8 +147,8 @@ impl Mirror {
                 rec.prune_floor = 0;
             }
             Work::Fence(FenceWhy::FinishGenesis { watermark, .. }) => {
+                // A split in progress stays recorded: its revision is only partly applied.
                 rec.scan = None;
-                rec.split = None;
                 rec.prune_pending = false;
                 rec.watermark = rec.watermark.max(*watermark);
             }
@@ -224,6 +224,19 @@ impl Mirror {
                     if !p.last {
                         self.status.split_revision_count += u64::from(p.done_before == 0);
                     }
+                }
+                // Under a steady stream the queue may never drain; genesis can still finish
+                // once the applied watermark itself passes every page's revision.
+                let proven = self.record.as_ref().and_then(|r| {
+                    let g = self.gen.as_ref()?;
+                    (g.step == GenStep::Replaying
+                        && self.work.is_empty()
+                        && r.split.is_none()
+                        && r.watermark >= g.rmax)
+                        .then_some(r.watermark)
+                });
+                if let Some(w) = proven {
+                    self.replay_proven(now, w);
                 }
                 let live = self.stage == Stage::Tail;
                 if live {

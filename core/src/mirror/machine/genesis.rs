@@ -333,14 +333,16 @@ impl Mirror {
         match g.step {
             GenStep::Replaying => {
                 if !self.batcher.is_empty() {
+                    // One batch at a time, so the queue never runs ahead of a proof (a
+                    // prune sweep must not interleave with queued replay writes).
                     self.batcher.flush();
-                    while let Some(b) = self.batcher.pop() {
+                    if let Some(b) = self.batcher.pop() {
                         self.work.push_back(Work::Tail(b));
                     }
                     return self.pump(now);
                 }
                 if self.delivered >= g.rmax {
-                    self.replay_proven(now);
+                    self.replay_proven(now, self.delivered);
                 } else if self.progress_trusted {
                     if let Some(w) = self.watch {
                         if self
@@ -406,23 +408,22 @@ impl Mirror {
             && self.batcher.is_empty()
         {
             g.rmax = self.delivered;
-            self.replay_proven(now);
+            self.replay_proven(now, self.delivered);
         } else {
             g.probe_at = Some(now + UNTRUSTED_PROBE_EVERY);
         }
     }
 
-    pub(super) fn replay_proven(&mut self, now: Instant) {
+    /// Everything up to `applied` is in the target and the watch is proven past every
+    /// page, so genesis can finish at `applied`; events after it wait in order.
+    pub(super) fn replay_proven(&mut self, now: Instant, applied: i64) {
         let base = self
             .record
             .as_ref()
             .and_then(|r| r.scan.as_ref())
             .map_or(0, |s| s.base);
-        let delivered = self.delivered;
         let Some(g) = &mut self.gen else { return };
-        // Everything up to `delivered` is applied (the queue is empty), so this is the
-        // watermark; events arriving from now on are held until the record says so.
-        g.final_w = base.max(delivered);
+        g.final_w = base.max(applied);
         if g.prune {
             g.step = GenStep::Sweeping;
             g.sweep_cursor = Vec::new();
