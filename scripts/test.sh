@@ -21,7 +21,7 @@ step "cargo clippy (all targets, -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test --workspace"
-cargo test --workspace
+cargo test --workspace --no-fail-fast
 
 if [ -x scripts/sim-batch.sh ]; then
   step "simulator seed batch"
