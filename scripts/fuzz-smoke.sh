@@ -17,7 +17,10 @@ fi
 
 echo "fuzz smoke: building ${#targets[@]} targets" >&2
 (cd fuzz && cargo fuzz build -O -s none)
-bin=fuzz/target/x86_64-unknown-linux-gnu/release
+# cargo fuzz honours CARGO_TARGET_DIR (absolute, or relative to fuzz/ where it builds).
+target_dir=${CARGO_TARGET_DIR:-target}
+case "$target_dir" in /*) ;; *) target_dir="fuzz/$target_dir" ;; esac
+bin="$target_dir/x86_64-unknown-linux-gnu/release"
 
 for t in "${targets[@]}"; do
   kept=(fuzz/regressions/"$t"/*)
