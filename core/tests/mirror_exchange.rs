@@ -109,9 +109,7 @@ fn excluded_and_foreign_keys_are_not_written() {
 #[test]
 fn compaction_during_scan_restarts_genesis_with_prune() {
     let mut h = Harness::new(config(InitialSyncMode::Overwrite), 3);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     h.done(id, Ok(range(5, vec![], false)));
     // Overwrite: no emptiness check; claim directly.
@@ -404,9 +402,7 @@ fn unapplied_commit_is_retried_after_backoff() {
 #[test]
 fn corrupt_checkpoint_fails_closed() {
     let mut h = Harness::new(config(InitialSyncMode::Overwrite), 13);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     h.done(
         id,
@@ -427,9 +423,7 @@ fn corrupt_checkpoint_fails_closed() {
 #[test]
 fn require_empty_refuses_a_non_empty_target() {
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 14);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     h.done(id, Ok(range(5, vec![], false)));
     let (id, _) = one(h.drain());
@@ -526,9 +520,7 @@ fn oversized_revision_is_split_with_progress_in_the_checkpoint() {
 fn split_resumes_exactly_after_restart() {
     // A new process finds split = {101, done 3}: it watches from 101 and skips 3 ops.
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 17);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     let found = Checkpoint {
         v: 1,
@@ -590,9 +582,7 @@ fn split_resumes_exactly_after_restart() {
 #[test]
 fn version_floor_and_progress_trust() {
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 18);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.3.27", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.3.27", 1, 100), ("3.5.13", 2, 5));
     h.drain();
     assert!(matches!(
         h.stopped(),
@@ -628,9 +618,7 @@ fn direction_conflict_writes_nothing() {
     let mut cfg = config(InitialSyncMode::RequireEmpty);
     cfg.target.prefix = "/app/mirror/".into();
     let mut h = Harness::new(cfg, 21);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 7, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 7, 100)));
+    answer_probes(&mut h, ("3.5.13", 7, 100), ("3.5.13", 7, 100));
     assert!(h.drain().is_empty());
     assert!(matches!(
         h.stopped(),
@@ -724,9 +712,7 @@ fn scan_prefetches_the_next_page_and_records_a_cursor_per_txn() {
     let mut cfg = config(InitialSyncMode::Overwrite);
     cfg.sync.page_key_limit = 3;
     let mut h = Harness::new(cfg, 24);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     h.done(id, Ok(range(5, vec![], false)));
     let (id, _) = one(h.drain());
@@ -794,9 +780,7 @@ fn scan_prefetches_the_next_page_and_records_a_cursor_per_txn() {
 #[test]
 fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 25);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 300)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 50)));
+    answer_probes(&mut h, ("3.5.13", 1, 300), ("3.5.13", 2, 50));
     let (id, _) = one(h.drain());
     let found = Checkpoint {
         v: 1,
@@ -902,9 +886,7 @@ fn a_watch_starting_at_the_compact_revision_is_treated_as_compacted() {
 fn the_epoch_floor_raises_the_claimed_epoch() {
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 27);
     h.m.set_epoch_floor(7);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     h.done(id, Ok(range(5, vec![], false)));
     let (id, _) = one(h.drain());

@@ -449,9 +449,7 @@ fn drain_refuses_to_cut_over_with_orphans_left() {
 #[test]
 fn a_restarted_drain_that_already_cut_over_finishes_without_writing() {
     let mut h = draining();
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     let mut rec = Checkpoint::decode(&fence_bytes_for_test()).unwrap();
     rec.link = tidemark_core::config::MirrorConfig::new("/app/", "/mirror/").link_id();
@@ -464,9 +462,7 @@ fn a_restarted_drain_that_already_cut_over_finishes_without_writing() {
 
     // The same fence stops a Sync-mode agent: a straggler never writes after cut-over.
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 42);
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.13", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.13", 2, 5)));
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     h.done(id, Ok(range(20, vec![kv(FENCE, &rec.encode(), 20)], false)));
     assert!(h.drain().is_empty());

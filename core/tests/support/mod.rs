@@ -362,3 +362,12 @@ pub fn cold_start_then(h: &mut Harness, version: &str) -> (u64, Vec<(CommandId, 
     assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
     (watch_id, rest)
 }
+
+/// Answers the two version probes every start begins with: (version, cluster id, revision)
+/// for the source, then the target.
+pub fn answer_probes(h: &mut Harness, src: (&str, u64, i64), tgt: (&str, u64, i64)) {
+    let cmds = h.drain();
+    assert_eq!(cmds.len(), 2, "{cmds:#?}");
+    h.done(cmds[0].0, Ok(status(src.0, src.1, src.2)));
+    h.done(cmds[1].0, Ok(status(tgt.0, tgt.1, tgt.2)));
+}

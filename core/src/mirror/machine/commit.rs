@@ -311,7 +311,8 @@ impl Mirror {
                 );
                 self.requeue_after_failure(now, c, true);
             }
-            Failure::NoSpace => self.park(now, c),
+            // The failed work is dropped: unparking resumes from the durable record.
+            Failure::NoSpace => self.park(now),
             Failure::TooLarge { .. } => self.shrink_or_fail(now, c),
             Failure::Permanent { kind, message } => {
                 let fk = if kind == PermanentKind::Unsupported {
@@ -525,7 +526,7 @@ impl Mirror {
         }
     }
 
-    pub(super) fn park(&mut self, now: Instant, c: Commit) {
+    pub(super) fn park(&mut self, now: Instant) {
         self.pass = None;
         self.committing = false;
         self.stage = Stage::Parked;
@@ -537,7 +538,6 @@ impl Mirror {
             "NoSpace",
             "the target's database space is exhausted (NOSPACE alarm); compact/defragment the target or raise --quota-backend-bytes, then `etcdctl alarm disarm`",
         );
-        let _ = c;
         self.cancel_watch();
         self.work.clear();
         self.batcher.clear();

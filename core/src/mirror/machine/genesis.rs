@@ -344,14 +344,11 @@ impl Mirror {
                 if self.delivered >= g.rmax {
                     self.replay_proven(now, self.delivered);
                 } else if self.progress_trusted {
-                    if let Some(w) = self.watch {
-                        if self
-                            .next_progress_request
-                            .is_some_and(|t| t > now + Duration::from_secs(1))
-                        {
-                            self.next_progress_request = Some(now + Duration::from_secs(1));
-                        }
-                        let _ = w;
+                    // Ask for a progress notification soon: it proves the watch past Rmax.
+                    let soon = now + Duration::from_secs(1);
+                    if self.watch.is_some() && self.next_progress_request.is_some_and(|t| t > soon)
+                    {
+                        self.next_progress_request = Some(soon);
                     }
                 } else if g.probe_at.is_none()
                     && !self
@@ -481,7 +478,6 @@ impl Mirror {
 
     pub(super) fn on_sweep_page(&mut self, now: Instant, r: RangeReply) {
         let floor = self.record.as_ref().map_or(0, |c| c.prune_floor);
-        let windows_len = self.keys.target_windows().len();
         let mut ops = Vec::new();
         for kv in &r.kvs {
             if self.keys.is_checkpoint(&kv.key) || kv.mod_revision >= floor {
@@ -512,7 +508,6 @@ impl Mirror {
                 g.sweep_cursor = Vec::new();
             }
         }
-        let _ = windows_len;
         for chunk in batcher::chunk_ops(ops, self.limits) {
             self.work.push_back(Work::Sweep { ops: chunk });
         }
