@@ -21,7 +21,10 @@ step "cargo clippy (all targets, -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test --workspace"
-cargo test --workspace --no-fail-fast
+# Every real-server test bounds its own waits; this outer bound makes any hang nobody
+# foresaw a red run with output, well inside CI's limit, instead of a run that never ends.
+timeout --signal=TERM --kill-after=30s "${TIDEMARK_TEST_TIMEOUT:-45m}" \
+  cargo test --workspace --no-fail-fast
 
 if [ -x scripts/sim-batch.sh ]; then
   step "simulator seed batch"

@@ -293,6 +293,18 @@ pub async fn dump(c: &mut etcd_client::Client, prefix: &[u8]) -> Vec<(Vec<u8>, V
         .collect()
 }
 
+/// The longest any one real-server test may run. Every wait inside a test has its own,
+/// shorter deadline; this backstop turns a hang nobody foresaw into a failure that names
+/// the test, instead of a CI run that never ends.
+pub const TEST_BUDGET: Duration = Duration::from_secs(300);
+
+/// Runs a test body under [`TEST_BUDGET`].
+pub async fn bounded<F: std::future::Future<Output = ()>>(body: F) {
+    if tokio::time::timeout(TEST_BUDGET, body).await.is_err() {
+        panic!("test exceeded its {TEST_BUDGET:?} budget (a hang); see the output above");
+    }
+}
+
 /// Generates `<name>_34` and `<name>_35` tokio tests calling `body(V)`.
 #[macro_export]
 macro_rules! both_versions {
@@ -301,11 +313,11 @@ macro_rules! both_versions {
             use super::*;
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn v34() {
-                $body($crate::support::V::V34).await
+                $crate::support::bounded($body($crate::support::V::V34)).await
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn v35() {
-                $body($crate::support::V::V35).await
+                $crate::support::bounded($body($crate::support::V::V35)).await
             }
         }
     };
