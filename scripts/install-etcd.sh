@@ -35,6 +35,9 @@ need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+# etcd-client's protos import google/protobuf/*.proto; Debian ships those in libprotobuf-dev
+# (only a Recommends of protobuf-compiler, so a minimal image can have protoc without them).
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # The TLS integration tests mint a throwaway CA with the openssl CLI.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ "${#need[@]}" -gt 0 ]; then
