@@ -109,15 +109,16 @@ impl InProc {
                 // The agent dropped its status sender: it stopped, so the wait can never
                 // succeed. Say why instead of spinning on a closed channel.
                 Ok(Err(_)) => {
-                    let status = serde_json::to_string_pretty(&*self.status.borrow())
-                        .unwrap_or_default();
+                    let status =
+                        serde_json::to_string_pretty(&*self.status.borrow()).unwrap_or_default();
                     let reason = match self.task.take() {
-                        Some(task) => match tokio::time::timeout(Duration::from_secs(5), task).await
-                        {
-                            Ok(Ok((r, _))) => format!("{r:?}"),
-                            Ok(Err(e)) => format!("agent task failed: {e}"),
-                            Err(_) => "agent task did not finish".to_string(),
-                        },
+                        Some(task) => {
+                            match tokio::time::timeout(Duration::from_secs(5), task).await {
+                                Ok(Ok((r, _))) => format!("{r:?}"),
+                                Ok(Err(e)) => format!("agent task failed: {e}"),
+                                Err(_) => "agent task did not finish".to_string(),
+                            }
+                        }
                         None => "agent already collected".to_string(),
                     };
                     panic!("agent stopped ({reason}) while waiting for {what}; status: {status}");
