@@ -1,8 +1,9 @@
 //! Inventory benchmarks: prints figures, asserts nothing about time.
 //! Targets (issue K1): chunking 100k entries < 100 ms; selection over 1,000 Secrets < 20 ms.
 //! Run: `cargo bench -p tidemark-core --bench inventory [-- [--runs N] [SECTION...]]`, where a
-//! SECTION (`chunk`, `build`, `select`, `select-one`, `parts`) limits the run to the sections
-//! whose name contains it (handy under `perf record`); `--runs` overrides the repetitions.
+//! SECTION limits the run to the sections whose name contains it (`chunk`, `build`,
+//! `select-mixed`, `select-one`, `parts`; so `select` runs both selections), which keeps setup
+//! out of `perf record`; `--runs` overrides the repetitions.
 
 // Benches measure wall time, which the core's determinism rules forbid inside core/src.
 #![allow(clippy::disallowed_types, clippy::disallowed_methods)]
@@ -109,7 +110,7 @@ fn main() {
     if args.wants("chunk") || args.wants("build") {
         chunk_and_build(&args);
     }
-    if args.wants("select") {
+    if args.wants("select-mixed") {
         select_mixed(&args);
     }
     if args.wants("select-one") || args.wants("parts") {
