@@ -77,12 +77,74 @@ pub fn chunk_entries(entries: &[Entry], limit: usize) -> Result<Vec<Vec<u8>>, Ch
 
 /// Decodes one chunk: a JSON array of valid entries.
 pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<Entry>, String> {
-    let entries: Vec<Entry> =
-        serde_json::from_slice(bytes).map_err(|e| format!("not a JSON array of entries: {e}"))?;
-    for e in &entries {
-        e.validate()?;
-    }
+    let mut entries = Vec::new();
+    decode_chunk_into(bytes, &mut entries)?;
     Ok(entries)
+}
+
+/// [`decode_chunk`] appending to `out`, so that selection builds a snapshot's entries in one
+/// vector instead of decoding every chunk into its own and copying it over. Returns how many
+/// entries were appended; on error `out` is left as it was.
+///
+/// Accepts and rejects exactly what `serde_json::from_slice::<Vec<Entry>>` followed by
+/// [`Entry::validate`] on every entry does, with the same error for the same input: syntax
+/// and type errors are reported before any entry is validated.
+pub fn decode_chunk_into(bytes: &[u8], out: &mut Vec<Entry>) -> Result<usize, String> {
+    let start = out.len();
+    let parsed = match std::str::from_utf8(bytes) {
+        // One UTF-8 check over the chunk lets serde_json skip re-checking every string.
+        Ok(text) => append_entries(&mut serde_json::Deserializer::from_str(text), out),
+        // The byte reader accepts some non-UTF-8 input (inside ignored fields); keep its
+        // verdict and its message rather than rejecting more than before.
+        Err(_) => append_entries(&mut serde_json::Deserializer::from_slice(bytes), out),
+    };
+    let checked = parsed
+        .map_err(|e| format!("not a JSON array of entries: {e}"))
+        .and_then(|()| out[start..].iter().try_for_each(Entry::validate));
+    match checked {
+        Ok(()) => Ok(out.len() - start),
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
+}
+
+/// Deserialises one JSON array of entries onto the end of `out`, then requires the end of
+/// input, as `serde_json::from_slice` does.
+fn append_entries<'de, R: serde_json::de::Read<'de>>(
+    de: &mut serde_json::Deserializer<R>,
+    out: &mut Vec<Entry>,
+) -> Result<(), serde_json::Error> {
+    serde::de::DeserializeSeed::deserialize(AppendEntries(out), &mut *de)?;
+    de.end()
+}
+
+/// A sequence visitor that pushes each entry onto a borrowed vector.
+struct AppendEntries<'a>(&'a mut Vec<Entry>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for AppendEntries<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for AppendEntries<'_> {
+    type Value = ();
+
+    // Same wording as serde's `Vec<T>` visitor, so error messages do not change.
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(e) = seq.next_element::<Entry>()? {
+            self.0.push(e);
+        }
+        Ok(())
+    }
 }
 
 /// `<comp-name>-<lineage>-<index>`, with the Composition name cut so the whole name fits
@@ -150,6 +212,22 @@ mod tests {
     }
 
     #[test]
+    fn decode_keeps_the_byte_readers_verdict_on_non_utf8() {
+        // serde_json's byte reader skips an ignored string without checking its UTF-8.
+        let raw = b"[{\"version\":\"v1\",\"kind\":\"K\",\"name\":\"n\",\"x\":\"\xff\"}]";
+        let from_slice = serde_json::from_slice::<Vec<Entry>>(raw).map_err(|e| e.to_string());
+        let got = decode_chunk(raw);
+        assert_eq!(
+            got.as_ref().map(Vec::len),
+            from_slice.as_ref().map(Vec::len)
+        );
+        // In a field that is kept, it is an error either way.
+        let raw = b"[{\"version\":\"v1\",\"kind\":\"K\",\"name\":\"\xff\"}]";
+        assert!(serde_json::from_slice::<Vec<Entry>>(raw).is_err());
+        assert!(decode_chunk(raw).is_err());
+    }
+
+    #[test]
     fn names_are_cut_to_253() {
         let l = "0123456789abcdef0123456789abcdef";
         assert_eq!(secret_name("comp", l, 0), format!("comp-{l}-0"));
@@ -181,6 +259,47 @@ mod tests {
                 let first = decode_chunk(&w[1]).unwrap().remove(0);
                 let add = serde_json::to_vec(&first).unwrap().len() + 1;
                 prop_assert!(w[0].len() + add > limit);
+            }
+        }
+
+        /// `decode_chunk_into` is `from_slice` + `validate`, message for message, on damaged
+        /// chunks too (bit flips can make invalid UTF-8 that the byte reader still accepts in
+        /// an ignored field), and appends without disturbing what `out` held.
+        #[test]
+        fn decode_into_matches_from_slice(
+            n in 0usize..6,
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            extra in prop_oneof![Just(""), Just(",\"x\":\"\u{e9}\""), Just(",\"x\":\"\\ud800\""), Just(",\"version\":\"\"")],
+        ) {
+            let entries: Vec<Entry> = (0..n).map(|i| entry(i, 0)).collect();
+            let mut bytes = serde_json::to_vec(&entries).unwrap();
+            if n > 0 {
+                // An extra field in the first entry: unknown (ignored), or a duplicate/invalid one.
+                let at = bytes.iter().position(|b| *b == b'}').unwrap();
+                bytes.splice(at..at, extra.bytes());
+            }
+            for (at, x) in &flips {
+                if !bytes.is_empty() {
+                    let i = at % bytes.len();
+                    bytes[i] ^= x;
+                }
+            }
+            let reference = serde_json::from_slice::<Vec<Entry>>(&bytes)
+                .map_err(|e| format!("not a JSON array of entries: {e}"))
+                .and_then(|v| v.iter().try_for_each(Entry::validate).map(|()| v));
+            let prior = vec![entry(99, 1)];
+            let mut out = prior.clone();
+            match decode_chunk_into(&bytes, &mut out) {
+                Ok(k) => {
+                    let v = reference.unwrap();
+                    prop_assert_eq!(k, v.len());
+                    prop_assert_eq!(&out[..1], &prior[..]);
+                    prop_assert_eq!(&out[1..], &v[..]);
+                }
+                Err(e) => {
+                    prop_assert_eq!(Err(e), reference);
+                    prop_assert_eq!(out, prior);
+                }
             }
         }
 

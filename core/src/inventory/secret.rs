@@ -186,11 +186,28 @@ pub fn chunk_sha256(bytes: &[u8]) -> String {
 
 /// Lowercase hex SHA-256 of all chunks' bytes concatenated in index order.
 pub fn snapshot_sha256<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> String {
-    let mut h = Sha256::new();
+    let mut h = SnapshotHasher::default();
     for c in chunks {
         h.update(c);
     }
-    hex::encode(h.finalize())
+    h.finish()
+}
+
+/// [`snapshot_sha256`] fed one chunk at a time, so selection can hash each chunk for both
+/// hashes while its bytes are still in cache instead of reading the whole snapshot twice.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotHasher(Sha256);
+
+impl SnapshotHasher {
+    /// Appends the next chunk's bytes (chunks in index order).
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.0.update(chunk);
+    }
+
+    /// The lowercase hex digest, as [`snapshot_sha256`] returns it.
+    pub fn finish(self) -> String {
+        hex::encode(self.0.finalize())
+    }
 }
 
 /// Builds the Secrets of one snapshot, in index order, without resource versions.

@@ -8,9 +8,9 @@
 //! (they are leftovers of replacements), except that an unparseable timestamp anywhere makes
 //! the order, and so the outcome, unknown. The result never depends on input order.
 
-use super::chunk::{decode_chunk, secret_name, DEFAULT_CHUNK_LIMIT};
+use super::chunk::{decode_chunk_into, secret_name, DEFAULT_CHUNK_LIMIT};
 use super::entry::{Entry, ResourceId};
-use super::secret::{chunk_sha256, snapshot_sha256, Secret};
+use super::secret::{chunk_sha256, Secret, SnapshotHasher};
 use super::timestamp::Timestamp;
 use super::*;
 use serde::{Deserialize, Serialize};
@@ -230,8 +230,11 @@ pub fn select_with_limit(secrets: &[Secret], lineage: &str, limit: usize) -> Sel
             }
         }
     }
+    // Each Secret's timestamp is parsed once here and handed to the newest group's checks.
+    let mut timed: BTreeMap<&str, Vec<(&Secret, Timestamp)>> = BTreeMap::new();
     let mut times: BTreeMap<&str, Timestamp> = BTreeMap::new();
     for (uuid, members) in &groups {
+        let mut with_time = Vec::with_capacity(members.len());
         for s in members {
             let Some(raw) = s.annotations.get(ANN_SYNTHESIZED) else {
                 return invalid(
@@ -253,7 +256,9 @@ pub fn select_with_limit(secrets: &[Secret], lineage: &str, limit: usize) -> Sel
             };
             let slot = times.entry(uuid).or_insert(t);
             *slot = (*slot).max(t);
+            with_time.push((*s, t));
         }
+        timed.insert(uuid, with_time);
     }
     let Some(newest_time) = times.values().max().copied() else {
         return Selection::None;
@@ -272,13 +277,28 @@ pub fn select_with_limit(secrets: &[Secret], lineage: &str, limit: usize) -> Sel
             ),
         );
     }
+    // Only the newest group's chunks are checked, hashed and decoded; older groups cost no
+    // more than reading their annotations above.
     let uuid = newest[0];
-    validate_group(uuid, &groups[uuid], lineage, limit)
+    validate_group(uuid, &timed[uuid], lineage, limit)
 }
 
-fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -> Selection {
-    let ann = |s: &Secret, k: &str| s.annotations.get(k).cloned();
-    for s in chunks {
+/// An annotation's value, borrowed: the checks below compare thousands of them.
+fn ann<'a>(s: &'a Secret, k: &str) -> Option<&'a str> {
+    s.annotations.get(k).map(String::as_str)
+}
+
+/// Checks the newest group (its members with their parsed timestamps, in Secret name order)
+/// and decodes it. The checks run in phases (metadata of every chunk, agreement, indices,
+/// names, sizes and hashes, then decoding), so which problem is reported does not depend on
+/// how the phases are implemented.
+fn validate_group(
+    uuid: &str,
+    chunks: &[(&Secret, Timestamp)],
+    lineage: &str,
+    limit: usize,
+) -> Selection {
+    for (s, _) in chunks {
         match s.annotations.get(ANN_FORMAT_VERSION) {
             Some(v) if v == FORMAT_VERSION => {}
             other => {
@@ -310,11 +330,9 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
         }
     }
     // Every chunk must agree with the first on the snapshot metadata.
-    let first = chunks[0];
-    let first_time = ann(first, ANN_SYNTHESIZED).and_then(|t| Timestamp::parse_rfc3339(&t).ok());
-    for s in &chunks[1..] {
-        let t = ann(s, ANN_SYNTHESIZED).and_then(|t| Timestamp::parse_rfc3339(&t).ok());
-        if t != first_time {
+    let (first, first_time) = chunks[0];
+    for (s, t) in &chunks[1..] {
+        if *t != first_time {
             return invalid(
                 Reason::MixedSnapshot,
                 format!(
@@ -342,7 +360,7 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
         }
     }
     let count_raw = ann(first, ANN_CHUNK_COUNT).unwrap_or_default();
-    let Some(count) = parse_index(&count_raw).filter(|c| *c > 0) else {
+    let Some(count) = parse_index(count_raw).filter(|c| *c > 0) else {
         return invalid(
             Reason::MalformedChunk,
             format!("Secret {} has chunk count {count_raw:?}", first.name),
@@ -355,9 +373,9 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
         );
     }
     let mut slots: Vec<Option<&Secret>> = vec![None; count];
-    for s in chunks {
+    for (s, _) in chunks {
         let raw = ann(s, ANN_CHUNK_INDEX).unwrap_or_default();
-        let Some(i) = parse_index(&raw).filter(|i| *i < count) else {
+        let Some(i) = parse_index(raw).filter(|i| *i < count) else {
             return invalid(
                 Reason::MalformedChunk,
                 format!("Secret {} has chunk index {raw:?} (count {count})", s.name),
@@ -388,7 +406,7 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
     }
     let comp_name = ann(first, ANN_COMPOSITION_NAME).unwrap_or_default();
     for (i, s) in ordered.iter().enumerate() {
-        let want = secret_name(&comp_name, lineage, i);
+        let want = secret_name(comp_name, lineage, i);
         if s.name != want {
             return invalid(
                 Reason::NameMismatch,
@@ -399,6 +417,10 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
             );
         }
     }
+    // One pass over the bytes feeds both hashes; the snapshot hash is compared only after
+    // every chunk passed its own checks, as before.
+    let snapshot_hash = ann(first, ANN_SNAPSHOT_SHA256);
+    let mut snapshot_hasher = snapshot_hash.map(|_| SnapshotHasher::default());
     let mut datas: Vec<&[u8]> = Vec::with_capacity(count);
     for s in &ordered {
         let Some(d) = s.inventory_bytes() else {
@@ -429,10 +451,13 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
                 );
             }
         }
+        if let Some(hasher) = &mut snapshot_hasher {
+            hasher.update(d);
+        }
         datas.push(d);
     }
-    if let Some(h) = first.annotations.get(ANN_SNAPSHOT_SHA256) {
-        let got = snapshot_sha256(datas.iter().copied());
+    if let (Some(h), Some(hasher)) = (snapshot_hash, snapshot_hasher) {
+        let got = hasher.finish();
         if !h.eq_ignore_ascii_case(&got) {
             return invalid(
                 Reason::HashMismatch,
@@ -440,20 +465,24 @@ fn validate_group(uuid: &str, chunks: &[&Secret], lineage: &str, limit: usize) -
             );
         }
     }
+    // All chunks decode into one vector: no per-chunk vectors to allocate and copy.
     let mut entries = Vec::new();
     for (s, d) in ordered.iter().zip(&datas) {
-        match decode_chunk(d) {
-            Ok(e) => entries.extend(e),
-            Err(e) => return invalid(Reason::MalformedChunk, format!("Secret {}: {e}", s.name)),
+        if let Err(e) = decode_chunk_into(d, &mut entries) {
+            return invalid(Reason::MalformedChunk, format!("Secret {}: {e}", s.name));
         }
     }
     Selection::Selected(Snapshot {
         lineage: lineage.to_string(),
         synthesis_uuid: uuid.to_string(),
-        synthesized: first_time.unwrap_or_default(),
-        composition_name: comp_name,
-        composition_namespace: ann(first, ANN_COMPOSITION_NAMESPACE).unwrap_or_default(),
-        synthesizer_name: ann(first, ANN_SYNTHESIZER_NAME).unwrap_or_default(),
+        synthesized: first_time,
+        composition_name: comp_name.to_string(),
+        composition_namespace: ann(first, ANN_COMPOSITION_NAMESPACE)
+            .unwrap_or_default()
+            .to_string(),
+        synthesizer_name: ann(first, ANN_SYNTHESIZER_NAME)
+            .unwrap_or_default()
+            .to_string(),
         secret_names: ordered.iter().map(|s| s.name.clone()).collect(),
         entries,
     })
