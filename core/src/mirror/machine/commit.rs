@@ -118,6 +118,9 @@ impl Mirror {
                     // Pages read so far (including any read ahead) bound what is durable.
                     let rmax = self.gen.as_ref().map_or(0, |g| g.rmax);
                     s.rmax = s.rmax.max(rmax);
+                    // Unknown stays unknown: an older record's pages are not known.
+                    let smax = self.gen.as_ref().and_then(|g| g.smax);
+                    s.smax = s.smax.zip(smax).map(|(a, b)| a.max(b));
                 }
             }
             Work::Tail(b) => match (b.split, b.watermark_after()) {
@@ -135,12 +138,16 @@ impl Mirror {
             },
             Work::Sweep { .. } | Work::Repair { .. } => {}
             Work::Fence(FenceWhy::Cutover) => rec.role = Role::Primary,
-            Work::Fence(FenceWhy::StartGenesis { base, prune, .. }) => {
+            Work::Fence(FenceWhy::StartGenesis {
+                base, prune, count, ..
+            }) => {
                 rec.scan = Some(Scan {
                     base: *base,
                     cursor: Vec::new(),
                     scanned: false,
                     rmax: *base,
+                    smax: Some(0),
+                    base_count: *count,
                 });
                 rec.split = None;
                 rec.prune_pending = *prune;

@@ -1,0 +1,274 @@
+// Test code: a panic with the failing value is the report we want.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! Scripted regressions for bugs the `mirror_core` fuzzer found (inputs kept in
+//! `fuzz/regressions/mirror_core/`), each reduced to the exchange that shows it.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tidemark_core::config::{InitialSyncMode, MirrorConfig};
+use tidemark_core::etcd::{Command, KeyValue, RangeReply, Reply, SortBy, TxnOp, WatchEvent};
+use tidemark_core::mirror::checkpoint::Scan;
+use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, Role};
+
+fn count_reply(rev: i64, count: i64) -> Reply {
+    Reply::Range(RangeReply {
+        header_revision: rev,
+        kvs: vec![],
+        more: false,
+        count,
+    })
+}
+
+/// The untrusted source's "highest mod revision in scope" probe, answered: the keys it
+/// lists (the first has the highest mod revision) and how many keys the range holds.
+fn probe_reply(rev: i64, top: Option<KeyValue>, count: i64) -> Reply {
+    Reply::Range(RangeReply {
+        header_revision: rev,
+        kvs: top.into_iter().collect(),
+        more: count > 1,
+        count,
+    })
+}
+
+fn is_probe(c: &Command) -> bool {
+    matches!(c, Command::Range(r) if r.sort == SortBy::ModRevisionDescending && r.limit == 1)
+}
+
+fn txns(cmds: &[(CommandId, Command)]) -> Vec<(CommandId, Command)> {
+    cmds.iter()
+        .filter(|(_, c)| matches!(c, Command::Txn(_)))
+        .cloned()
+        .collect()
+}
+
+/// A cold start on an empty target up to a completed scan: R0 is read at `r0` with
+/// `r0_count` keys, the scan reads `page` (one page) at `page_rev`. Returns the watch id
+/// (opened at `r0 + 1`) and what the core emits once the scan is recorded complete.
+/// Target revisions: claim=10, start-genesis=11, scan chunks from 12.
+fn genesis_until_scanned(
+    h: &mut Harness,
+    version: &str,
+    r0: i64,
+    r0_count: i64,
+    page: Vec<KeyValue>,
+    page_rev: i64,
+) -> (u64, Vec<(CommandId, Command)>) {
+    answer_probes(h, (version, 1, r0), (version, 2, 5));
+    let (id, _) = one(h.drain()); // the fence read
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain()); // RequireEmpty look
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain()); // claim
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain()); // R0
+    h.done(id, Ok(count_reply(r0, r0_count)));
+    let (id, cmd) = one(h.drain());
+    let scan = fence_of(&cmd).scan.unwrap();
+    assert_eq!(
+        (scan.base, scan.smax, scan.base_count),
+        (r0, Some(0), Some(r0_count)),
+        "a new scan records what the untrusted probe needs"
+    );
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    let Command::Watch(w) = &cmds[0].1 else {
+        panic!("{cmds:#?}")
+    };
+    assert_eq!(w.start_revision, r0 + 1);
+    let watch_id = w.watch_id;
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    h.done(cmds[1].0, Ok(range(page_rev, page, false)));
+    let mut rev = 12;
+    let mut cmds = h.drain();
+    loop {
+        let mut scanned = false;
+        let mut rest = Vec::new();
+        for (id, cmd) in std::mem::take(&mut cmds) {
+            match &cmd {
+                Command::Range(r) if !r.count_only && r.sort == SortBy::Key => {
+                    h.done(id, Ok(range(page_rev, vec![], false)));
+                }
+                Command::Txn(_) if fence_of(&cmd).scan.is_some_and(|s| !s.scanned) => {
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                Command::Txn(_) if !scanned => {
+                    let s = fence_of(&cmd).scan.unwrap();
+                    assert!(s.scanned);
+                    assert!(s.rmax >= page_rev);
+                    scanned = true;
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                _ => rest.push((id, cmd)),
+            }
+        }
+        if scanned {
+            rest.extend(h.drain());
+            return (watch_id, rest);
+        }
+        cmds = h.drain();
+        cmds.extend(rest);
+    }
+}
+
+/// Fuzz input `target-ahead-after-genesis-retry`. An untrusted source (3.5.9): R0 = 100
+/// with /app/a and /app/b; /app/b is deleted at 102, and the scan page, read at 105, no
+/// longer lists it. No live key changed after 100, so the old probe ("highest mod revision
+/// <= delivered") finished genesis at 100, although the source at 100 has /app/b and the
+/// target does not. The probe now also compares the key count, so genesis waits for the
+/// watch to deliver the delete and finishes at 102.
+#[test]
+fn untrusted_probe_does_not_finish_before_a_delete_the_scan_saw() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 41);
+    let (w, cmds) =
+        genesis_until_scanned(&mut h, "3.5.9", 100, 2, vec![kv(b"/app/a", b"1", 50)], 105);
+    let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
+    // Nothing live changed after 100, but one key fewer than at 100: not proven.
+    h.done(
+        probe.0,
+        Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)),
+    );
+    let cmds = h.drain();
+    assert!(txns(&cmds).is_empty(), "genesis finished early: {cmds:#?}");
+    assert!(!h.m.status().condition(ConditionType::InitialSyncComplete));
+
+    // The watch delivers the delete: replayed, then a new probe proves the range quiet.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 105,
+            events: vec![del_ev(b"/app/b", 102)],
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/b".to_vec(),
+            range_end: vec![]
+        }]
+    );
+    h.done(id, Ok(txn_ok(20)));
+    assert!(h.drain().is_empty());
+    h.advance(Duration::from_secs(2));
+    let (id, cmd) = one(h.drain());
+    assert!(is_probe(&cmd), "{cmd:?}");
+    h.done(id, Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)));
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(data_ops(&cmd).is_empty());
+    assert_eq!((rec.scan, rec.watermark), (None, 102));
+    h.done(id, Ok(txn_ok(21)));
+    h.drain();
+    assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
+}
+
+/// The same proof against a key created and deleted after R0 that a page still read: the
+/// count is back where it was, but the target holds the key, absent from the source at 100.
+/// The highest mod revision the scan wrote (`smax`) keeps genesis waiting for the watch.
+#[test]
+fn untrusted_probe_does_not_finish_below_a_value_the_scan_wrote() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 42);
+    let page = vec![kv(b"/app/a", b"1", 50), kv(b"/app/t", b"t", 103)];
+    let (w, cmds) = genesis_until_scanned(&mut h, "3.5.9", 100, 1, page, 103);
+    let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
+    // /app/t was deleted at 104: one key, the highest mod revision 50.
+    h.done(
+        probe.0,
+        Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)),
+    );
+    let cmds = h.drain();
+    assert!(txns(&cmds).is_empty(), "genesis finished early: {cmds:#?}");
+
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 105,
+            events: vec![put_ev(b"/app/t", b"t", 103), del_ev(b"/app/t", 104)],
+        },
+    );
+    // One Txn per revision (a Txn may not touch a key twice). Once 103 is applied the
+    // watermark has passed every page (Rmax = 103): genesis finishes there, and the
+    // delete follows in the tail.
+    let (id, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/t", b"t")]);
+    h.done(id, Ok(txn_ok(20)));
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(data_ops(&cmd).is_empty());
+    assert_eq!((rec.scan, rec.watermark), (None, 103));
+    h.done(id, Ok(txn_ok(21)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/t".to_vec(),
+            range_end: vec![]
+        }]
+    );
+    assert_eq!(fence_of(&cmd).watermark, 104);
+}
+
+/// A resumed genesis (scan complete, the watch has delivered nothing) on a quiet range:
+/// the durable `smax` and `base_count` let the probe finish at the base. A record from an
+/// older build has neither, and then genesis waits for the watch instead of guessing.
+#[test]
+fn resumed_untrusted_genesis_proves_quiet_only_with_durable_smax_and_count() {
+    for (smax, base_count, finishes) in [(Some(150), Some(1), true), (None, None, false)] {
+        let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 43);
+        answer_probes(&mut h, ("3.5.9", 1, 300), ("3.5.9", 2, 50));
+        let (id, _) = one(h.drain());
+        let found = Checkpoint {
+            v: 1,
+            link: MirrorConfig::new("/app/", "/mirror/").link_id(),
+            epoch: 2,
+            holder: "0123456789abcdef0123456789abcdef".into(),
+            role: Role::Mirror,
+            watermark: 0,
+            split: None,
+            scan: Some(Scan {
+                base: 200,
+                cursor: vec![],
+                scanned: true,
+                rmax: 300,
+                smax,
+                base_count,
+            }),
+            prune_pending: false,
+            prune_floor: 0,
+            source_cluster: "1".into(),
+            target_cluster: "2".into(),
+        };
+        h.done(
+            id,
+            Ok(range(50, vec![kv(FENCE, &found.encode(), 49)], false)),
+        );
+        let (id, cmd) = one(h.drain());
+        assert_eq!(fence_of(&cmd).scan, found.scan, "the claim keeps the scan");
+        h.done(id, Ok(txn_ok(51)));
+        let cmds = h.drain();
+        let Command::Watch(wr) = &cmds[0].1 else {
+            panic!("{cmds:#?}")
+        };
+        assert_eq!(wr.start_revision, 201);
+        h.done(cmds[0].0, Ok(Reply::WatchStarted));
+        let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
+        h.done(
+            probe.0,
+            Ok(probe_reply(300, Some(kv(b"/app/a", b"", 150)), 1)),
+        );
+        let cmds = h.drain();
+        if finishes {
+            let (_, cmd) = one(cmds);
+            let rec = fence_of(&cmd);
+            assert_eq!((rec.scan, rec.watermark), (None, 200));
+        } else {
+            assert!(txns(&cmds).is_empty(), "{cmds:#?}");
+        }
+    }
+}
