@@ -272,3 +272,49 @@ fn resumed_untrusted_genesis_proves_quiet_only_with_durable_smax_and_count() {
         }
     }
 }
+
+/// Fuzz input `chaos-unreadable-record-untriaged` (a lying source): a trusted progress
+/// notification at 500 moves the idle watermark to 500, then the stream sends events at
+/// 101..103 (the last one larger than a Txn). They were applied, and the split of 103 was
+/// recorded as `split.rev = 103 <= watermark = 500`, a record `Checkpoint::decode` rejects.
+/// Events at or below what the stream already reported delivered are refused now: the
+/// watch is reopened after it, and nothing is written for them.
+#[test]
+fn events_at_or_below_a_reported_progress_revision_are_refused() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 44);
+    let w = cold_start(&mut h, "3.5.13");
+    h.advance(Duration::from_secs(10));
+    h.watch(w, WatchEvent::Progress { revision: 500 });
+    // The idle advance is in flight when the events arrive.
+    let (adv, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).watermark, 500);
+    let events = (0..6)
+        .map(|i| put_ev(format!("/app/k{i}").as_bytes(), b"v", 103))
+        .collect();
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 510,
+            events,
+        },
+    );
+    h.done(adv, Ok(txn_ok(50)));
+    let cmds = h.drain();
+    assert!(txns(&cmds).is_empty(), "{cmds:#?}");
+    assert!(h
+        .m
+        .status()
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("revision 103"));
+    // After the backoff, the stream reopens after what was reported.
+    h.advance(Duration::from_secs(60));
+    let cmds = h.drain();
+    let reopened = cmds.iter().find_map(|(_, c)| match c {
+        Command::Watch(wr) => Some(wr.start_revision),
+        _ => None,
+    });
+    assert_eq!(reopened, Some(501), "{cmds:#?}");
+    assert!(txns(&cmds).is_empty(), "{cmds:#?}");
+}

@@ -117,7 +117,9 @@ impl Checkpoint {
         Ok(c)
     }
 
-    fn check(&self) -> Result<(), CheckpointError> {
+    /// Whether [`Checkpoint::decode`] would accept this record once encoded: the mirror
+    /// checks every record before writing it, so it never leaves one it cannot read back.
+    pub fn check(&self) -> Result<(), CheckpointError> {
         let bad = |field, problem: &str| {
             Err(CheckpointError::BadField {
                 field,

@@ -134,6 +134,20 @@ impl Mirror {
                         "the source sent watch events out of revision order".into(),
                     );
                 }
+                // Every event up to `delivered` was delivered (or a trusted progress
+                // notification said so): one at or below it contradicts the stream, and
+                // applying it could record a split behind the watermark.
+                if let Some(first) = events
+                    .first()
+                    .filter(|e| e.kv.mod_revision <= self.delivered)
+                {
+                    let why = format!(
+                        "the source sent a watch event at revision {} after reporting everything up to {} delivered",
+                        first.kv.mod_revision, self.delivered
+                    );
+                    self.watch = None;
+                    return self.watch_failed(now, why);
+                }
                 let before = self.delivered;
                 if let Some(last) = events.last() {
                     self.delivered = self.delivered.max(last.kv.mod_revision);
