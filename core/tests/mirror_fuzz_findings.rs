@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use support::*;
 use tidemark_core::config::{InitialSyncMode, MirrorConfig};
-use tidemark_core::etcd::{Command, KeyValue, RangeReply, Reply, SortBy, TxnOp, WatchEvent};
+use tidemark_core::etcd::{
+    Cluster, Command, KeyValue, RangeReply, Reply, SortBy, TxnOp, WatchEvent,
+};
 use tidemark_core::mirror::checkpoint::Scan;
-use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, Role};
+use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, Control, Role};
 
 fn count_reply(rev: i64, count: i64) -> Reply {
     Reply::Range(RangeReply {
@@ -317,4 +319,127 @@ fn events_at_or_below_a_reported_progress_revision_are_refused() {
     });
     assert_eq!(reopened, Some(501), "{cmds:#?}");
     assert!(txns(&cmds).is_empty(), "{cmds:#?}");
+}
+
+/// Fuzz input `sweep-deletes-key-outside-window-from-bad-range-reply` (a misbehaving
+/// server or proxy): the prune sweep deleted every key a target range reply listed. Keys
+/// outside the window it asked for are ignored now.
+#[test]
+fn prune_sweep_ignores_keys_outside_the_window_it_asked_for() {
+    let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 45);
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, cmd) = one(h.drain());
+    assert!(fence_of(&cmd).prune_pending);
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(count_reply(100, 1)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    h.done(
+        cmds[1].0,
+        Ok(range(100, vec![kv(b"/app/a", b"1", 50)], false)),
+    );
+    // Scan chunks until the sweep's first page read of the target.
+    let mut rev = 12;
+    let sweep = loop {
+        let cmds = h.drain();
+        assert!(!cmds.is_empty());
+        let mut found = None;
+        for (id, cmd) in cmds {
+            match &cmd {
+                Command::Range(r) if r.keys_only => found = Some((id, r.clone())),
+                Command::Range(_) => h.done(id, Ok(range(100, vec![], false))),
+                Command::Txn(_) => {
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if let Some(f) = found {
+            break f;
+        }
+    };
+    let (id, r) = sweep;
+    assert_eq!(r.key, b"/mirror/".to_vec());
+    // Honest keys are inside [/mirror/, /mirror0); this reply also lists three outside.
+    let stale = |k: &[u8]| kv(k, b"", 3);
+    h.done(
+        id,
+        Ok(range(
+            rev,
+            vec![
+                stale(b"/a/outside"),
+                stale(b"/mirror/old"),
+                stale(b"/mirror0"),
+                stale(b"/other/x"),
+            ],
+            false,
+        )),
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/old".to_vec(),
+            range_end: vec![]
+        }]
+    );
+}
+
+/// The same for a reconciliation pass deleting orphans: keys a target reply lists outside
+/// the window asked for are neither counted nor deleted (nor written, on the source side).
+#[test]
+fn reconcile_pass_ignores_keys_outside_the_window_it_asked_for() {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.reconciliation.enabled = true;
+    cfg.reconciliation.interval = Duration::from_secs(60);
+    cfg.reconciliation.delete_orphans = true;
+    let mut h = Harness::new(cfg, 46);
+    cold_start(&mut h, "3.5.13");
+    h.m.handle_input(
+        h.now,
+        tidemark_core::mirror::Input::Control(Control::Reconcile),
+    );
+    let cmds = h.drain();
+    let read = |cluster| {
+        cmds.iter()
+            .find(|(_, c)| matches!(c, Command::Range(r) if r.cluster == cluster))
+            .unwrap()
+            .0
+    };
+    let (src, tgt) = (read(Cluster::Source), read(Cluster::Target));
+    h.done(
+        src,
+        Ok(range(
+            100,
+            vec![kv(b"/app/a", b"1", 50), kv(b"/apq/not-ours", b"x", 60)],
+            false,
+        )),
+    );
+    h.done(
+        tgt,
+        Ok(range(
+            13,
+            vec![
+                kv(b"/a/outside", b"x", 13),
+                kv(b"/mirror/a", b"1", 13),
+                kv(b"/mirror/z", b"x", 13),
+                kv(b"/other/x", b"x", 13),
+            ],
+            false,
+        )),
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/z".to_vec(),
+            range_end: vec![]
+        }]
+    );
 }

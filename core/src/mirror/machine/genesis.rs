@@ -497,8 +497,24 @@ impl Mirror {
         }
     }
 
-    pub(super) fn on_sweep_page(&mut self, now: Instant, r: RangeReply) {
+    /// The key window the sweep's next (or in-flight) page reads.
+    fn sweep_asked(&self) -> Option<Window> {
+        let Some(Command::Range(q)) = self.sweep_cmd() else {
+            return None;
+        };
+        Some(Window {
+            start: q.key,
+            end: q.range_end,
+        })
+    }
+
+    pub(super) fn on_sweep_page(&mut self, now: Instant, mut r: RangeReply) {
         let floor = self.record.as_ref().map_or(0, |c| c.prune_floor);
+        // Only keys inside the window asked for may be deleted: a reply listing others (a
+        // misbehaving server or proxy) must not make the mirror delete outside its range.
+        let asked = self.sweep_asked();
+        r.kvs
+            .retain(|kv| asked.as_ref().is_some_and(|w| w.contains(&kv.key)));
         let mut ops = Vec::new();
         for kv in &r.kvs {
             if self.keys.is_checkpoint(&kv.key) || kv.mod_revision >= floor {

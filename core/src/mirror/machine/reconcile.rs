@@ -127,10 +127,21 @@ impl Mirror {
     }
 
     /// A page of one side arrived.
-    pub(super) fn on_pass_page(&mut self, now: Instant, source: bool, r: RangeReply) {
+    pub(super) fn on_pass_page(&mut self, now: Instant, source: bool, mut r: RangeReply) {
         if source {
             self.observe_source_rev(now, r.header_revision);
         }
+        // Only keys inside the window asked for are compared (and possibly repaired or
+        // deleted): a reply listing others comes from a misbehaving server or proxy.
+        let asked = match self.pass_read(source) {
+            Some(Command::Range(q)) => Some(Window {
+                start: q.key,
+                end: q.range_end,
+            }),
+            _ => None,
+        };
+        r.kvs
+            .retain(|kv| asked.as_ref().is_some_and(|w| w.contains(&kv.key)));
         let Some(p) = &mut self.pass else { return };
         let side = if source { &mut p.src } else { &mut p.tgt };
         side.reading = false;
