@@ -26,6 +26,14 @@ pub fn run(data: &[u8]) {
     }
     if let Some(s) = &c.scan {
         assert!(s.base >= 0, "accepted a negative scan.base");
+        assert!(
+            s.smax.is_none_or(|m| m >= 0),
+            "accepted a negative scan.smax"
+        );
+        assert!(
+            s.base_count.is_none_or(|n| n >= 0),
+            "accepted a negative scan.base_count"
+        );
     }
     let enc = c.encode();
     let again = Checkpoint::decode(&enc).unwrap_or_else(|e| {
