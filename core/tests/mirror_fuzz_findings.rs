@@ -391,6 +391,58 @@ fn prune_sweep_ignores_keys_outside_the_window_it_asked_for() {
     );
 }
 
+/// Found while fuzzing the window filter above: a failed sweep page read was queued for a
+/// retry and, the commit queue being empty, a second read of the same page was issued at
+/// once. Both replies advanced the sweep, so one could skip the rest of a window and leave a
+/// stale key under a settled watermark. Only the retry reads the page now.
+#[test]
+fn a_failed_sweep_read_is_retried_once_not_duplicated() {
+    let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 47);
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(count_reply(100, 0)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    h.done(cmds[1].0, Ok(range(100, vec![], false)));
+    let mut rev = 12;
+    let (id, first) = loop {
+        let cmds = h.drain();
+        assert!(!cmds.is_empty());
+        let mut found = None;
+        for (id, cmd) in cmds {
+            match &cmd {
+                Command::Range(r) if r.keys_only => found = Some((id, cmd.clone())),
+                Command::Range(_) => h.done(id, Ok(range(100, vec![], false))),
+                Command::Txn(_) => {
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if let Some(f) = found {
+            break f;
+        }
+    };
+    h.done(
+        id,
+        Err(tidemark_core::classify::Failure::Transient {
+            message: "etcdserver: no leader".into(),
+        }),
+    );
+    let cmds = h.drain();
+    assert!(cmds.is_empty(), "a second read of the page: {cmds:#?}");
+    h.advance(Duration::from_secs(30));
+    let (_, again) = one(h.drain());
+    assert_eq!(again, first, "the retry reads the same page");
+}
+
 /// The same for a reconciliation pass deleting orphans: keys a target reply lists outside
 /// the window asked for are neither counted nor deleted (nor written, on the source side).
 #[test]

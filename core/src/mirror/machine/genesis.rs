@@ -367,10 +367,13 @@ impl Mirror {
                     self.probe_untrusted();
                 }
             }
+            // One sweep page at a time: a failed read waiting for its retry counts too (two
+            // reads of one page would advance the cursor twice).
             GenStep::Sweeping
                 if !self
                     .inflight
                     .values()
+                    .chain(self.retry.iter().map(|r| &r.job))
                     .any(|j| matches!(j, Job::SweepPage(_))) =>
             {
                 self.next_sweep_page(now);
@@ -497,24 +500,17 @@ impl Mirror {
         }
     }
 
-    /// The key window the sweep's next (or in-flight) page reads.
-    fn sweep_asked(&self) -> Option<Window> {
-        let Some(Command::Range(q)) = self.sweep_cmd() else {
-            return None;
-        };
-        Some(Window {
-            start: q.key,
-            end: q.range_end,
-        })
-    }
-
     pub(super) fn on_sweep_page(&mut self, now: Instant, mut r: RangeReply) {
         let floor = self.record.as_ref().map_or(0, |c| c.prune_floor);
-        // Only keys inside the window asked for may be deleted: a reply listing others (a
+        // Only keys inside the window being swept may be deleted: a reply listing others (a
         // misbehaving server or proxy) must not make the mirror delete outside its range.
-        let asked = self.sweep_asked();
+        let window = self
+            .gen
+            .as_ref()
+            .and_then(|g| self.keys.target_windows().get(g.sweep_window).cloned());
+        let listed = !r.kvs.is_empty();
         r.kvs
-            .retain(|kv| asked.as_ref().is_some_and(|w| w.contains(&kv.key)));
+            .retain(|kv| window.as_ref().is_some_and(|w| w.contains(&kv.key)));
         let mut ops = Vec::new();
         for kv in &r.kvs {
             if self.keys.is_checkpoint(&kv.key) || kv.mod_revision >= floor {
@@ -540,6 +536,8 @@ impl Mirror {
         let Some(g) = &mut self.gen else { return };
         match (r.kvs.last(), r.more) {
             (Some(k), true) => g.sweep_cursor = next_key(k.key.clone()),
+            // Only keys outside the window: no progress, read the page again.
+            (None, true) if listed => {}
             _ => {
                 g.sweep_window += 1;
                 g.sweep_cursor = Vec::new();

@@ -33,7 +33,7 @@ use crate::mirror::backoff::{Backoff, Pacer};
 use crate::mirror::batcher::{self, Batch, Batcher, Limits, RevGroup};
 use crate::mirror::checkpoint::{Checkpoint, Role, Scan, Split, VERSION};
 use crate::mirror::io::{CommandId, Control, FailKind, Input, Output, StopReason};
-use crate::mirror::keys::{before_end, KeySpace, Window};
+use crate::mirror::keys::{before_end, KeySpace};
 use crate::mirror::status::{BackoffState, ConditionType as C, Counts, Cutover, Phase, Status};
 use crate::mirror::version::Version;
 use crate::rng::Rng;
