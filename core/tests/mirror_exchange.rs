@@ -795,6 +795,8 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
             cursor: b"/app/m\0".to_vec(),
             scanned: false,
             rmax: 200,
+            smax: None,
+            base_count: None,
         }),
         prune_pending: false,
         prune_floor: 0,

@@ -55,36 +55,37 @@ pub static TOLERATE_PAST_DEADLINE_SPIN: std::sync::atomic::AtomicBool =
 pub static TOLERATE_SPLIT_DURING_SCAN: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Open bug, partly fixed in core (durable rmax: restarts after `scanned` now pass, inputs in
-/// `regressions/`); a restart *mid-scan* still finishes at `scan.base`
-/// (`open-bugs/mirror_core/genesis-resumed-mid-scan-finishes-at-base`), so while set the
-/// harness does not crash an agent while the fence has `scan` set. Was: an agent
-/// restarted after the scan completed (fence `scan = {base, scanned: true}`) opens the watch at
-/// `base + 1` and at once writes the final record with `watermark = base`, although the
-/// unpinned scan wrote values of later revisions: the target is then ahead of the watermark
-/// (invariant (a) broken until the replay catches up). While set, the harness does not crash
-/// an agent in that window. Seen with untrusted (3.5.9) and trusted (3.5.13) sources, and with
-/// prune (`open-bugs/mirror_core/genesis-resumed-after-scan-trusted-version`). Set to `false`
-/// once fixed.
+/// Fixed in core (durable rmax, then the untrusted probe's count and `smax` checks); off,
+/// inputs kept in `regressions/` (`genesis-resumed-after-scan-*`,
+/// `genesis-resumed-mid-scan-finishes-at-base`). Was: an agent restarted after (or during)
+/// the scan (fence `scan` set) resumed and finished genesis at `watermark = scan.base`,
+/// although the unpinned scan wrote values of later revisions, or missed keys deleted after
+/// the base: the target was not the source at its watermark. While set, the harness does
+/// not crash an agent while the fence has `scan` set.
 pub static AVOID_RESTART_AFTER_SCAN: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
-/// Open bugs, chaos mode only (a misbehaving server): the core does not sanity-check the
-/// revisions servers send and records them, producing fence records `Checkpoint::decode`
-/// rejects (so the next start fails with `CheckpointInvalid`):
+/// Fixed in core; off. Were (chaos mode only, a misbehaving server): the core did not
+/// sanity-check the revisions servers sent and recorded them, producing fence records
+/// `Checkpoint::decode` rejects (so the next start failed with `CheckpointInvalid`):
 /// - `regressions/mirror_core/backwards-watch-revisions-unreadable-split`: one watch response
 ///   whose revisions go backwards (26699, 32255, then 32125) is applied in that order, and the
 ///   lower one, split, is recorded as `split.rev <= watermark`;
 /// - `regressions/mirror_core/negative-header-revision-unreadable-scan`: a range reply with a
-///   negative header revision becomes `scan.base`.
+///   negative header revision becomes `scan.base`;
+/// - `regressions/mirror_core/chaos-events-below-progress-unreadable-split`: a trusted
+///   progress notification far ahead of the source moved the idle watermark there, then
+///   the stream sent events below it; they were applied and a split of one was recorded
+///   as `split.rev <= watermark`.
 ///
-/// Both inputs above are fixed in core (watch revisions must be ordered and positive, R0
-/// positive) and kept in `regressions/`. Still tolerated in chaos mode: a 20 s smoke run found
-/// another lying-server path to an unreadable record (crash input not yet triaged).
+/// All fixed in core (watch revisions must be ordered, positive and above what the stream
+/// already reported delivered; R0 positive; the core checks every record before writing it
+/// and stops with `CheckpointInvalid` rather than write one it could not read). Off.
 pub static TOLERATE_CHAOS_UNREADABLE_RECORD: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
-/// Fixed in core (durable rmax); off, input kept in `regressions/`. Was: with a source
+/// Fixed in core (durable rmax, and the probe's count and `smax` checks, see
+/// `TOLERATE_TARGET_AHEAD_AFTER_GENESIS`); off, input kept in `regressions/`. Was: with a source
 /// whose progress notifications are not trusted (3.5.9 here), genesis decides the replay has
 /// caught up from the highest in-scope mod revision (a `ModRevisionDescending` range). Keys
 /// deleted since the scan are invisible to that probe, so after the watch is reopened genesis
@@ -94,34 +95,37 @@ pub static TOLERATE_CHAOS_UNREADABLE_RECORD: std::sync::atomic::AtomicBool =
 pub static AVOID_UNTRUSTED_GENESIS: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// Open bug `open-bugs/mirror_core/sweep-delete-lost-after-failed-txn` (also found by
-/// `sim/tests/state_machine_mirror.rs`): when a prune-sweep Txn fails (transient, or unknown
-/// outcome not applied), the sweep resumes after the keys it meant to delete instead of
-/// retrying them; genesis then completes and the target keeps a stale key under a settled
-/// watermark. While set, sweep Txns are always answered honestly with success. Set to `false`
-/// once fixed.
+/// Fixed in core (an unknown-outcome write counts as applied only if the fence moved; a
+/// failed sweep Txn is retried); off, input kept as
+/// `regressions/mirror_core/sweep-delete-lost-after-failed-txn` (also found by
+/// `sim/tests/state_machine_mirror.rs`). Was: when a prune-sweep Txn failed (transient, or
+/// unknown outcome not applied), the sweep resumed after the keys it meant to delete; genesis
+/// then completed and the target kept a stale key under a settled watermark. While set,
+/// sweep Txns are always answered honestly with success.
 pub static AVOID_SWEEP_TXN_FAILURE: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
-/// Open bug `open-bugs/mirror_core/sweep-deletes-key-outside-window-from-bad-range-reply`
-/// (chaos mode: a misbehaving server or proxy): the prune sweep deletes whatever keys a target
-/// range reply lists, without checking they lie in the range it asked for, so a bad reply
-/// makes the mirror delete a target key outside its window (here `/s/x/1`). Tolerated in chaos
-/// mode so fuzzing can go past it. Set to `false` once the sweep filters keys to its window.
+/// Fixed in core (the prune sweep and reconciliation passes keep only the keys inside the
+/// window they asked for); off, input kept as
+/// `regressions/mirror_core/sweep-deletes-key-outside-window-from-bad-range-reply`. Was
+/// (chaos mode: a misbehaving server or proxy): the prune sweep deleted whatever keys a target
+/// range reply listed, so a bad reply made the mirror delete a target key outside its window
+/// (here `/s/x/1`). While set, such deletes pass in chaos mode.
 pub static TOLERATE_CHAOS_SWEEP_OUTSIDE_WINDOW: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
-/// Open bug, partly fixed in core (durable rmax: the restart and untrusted-probe inputs now
-/// pass, kept in `regressions/`), still reproduced in-process by
-/// `open-bugs/mirror_core/target-ahead-after-genesis-retry`. Was: genesis
-/// re-entered from a fence with `scan.scanned = true` (after a restart, or after re-reading the
-/// fence on an unknown outcome) finishes at `watermark = scan.base` at once, although the
-/// unpinned scan wrote values of later revisions: the target is *ahead* of its watermark until
-/// the replay catches up. While set, a target equal to the source at some revision in
-/// `(W, now]` passes the invariant check (stale or lost keys still fail). Set to `false` once
-/// fixed.
+/// Fixed in core (durable rmax; then, for sources whose progress notifications are not
+/// trusted, the quiet-range probe also compares the key count with the R0 count plus the
+/// delivered creations and deletions, and requires every scanned value's mod revision
+/// (`scan.smax`) at or below what the watch delivered); off, inputs kept in `regressions/`
+/// (the last one `target-ahead-after-genesis-untrusted-probe-misses-delete`). Was: genesis
+/// finished at `watermark = delivered` (often `scan.base`) because no *live* key had changed
+/// since, although a key deleted after it was missing from the target (its page was read
+/// after the delete): the target was *ahead* of its watermark until the replay caught up.
+/// While set, a target equal to the source at some revision in `(W, now]` passes the
+/// invariant check (stale or lost keys still fail).
 pub static TOLERATE_TARGET_AHEAD_AFTER_GENESIS: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(true);
+    std::sync::atomic::AtomicBool::new(false);
 
 const MAX_OUTPUTS_PER_DRAIN: usize = 20_000;
 const VERSIONS: [&str; 6] = ["3.5.13", "3.5.9", "3.4.31", "3.4.20", "3.6.1", "3.3.27"];
@@ -491,6 +495,13 @@ impl World {
             }
             match out {
                 Output::Command { id, cmd } => {
+                    if tracing() {
+                        if let Command::Txn(t) = &cmd {
+                            if let Some(TxnOp::Put { value, .. }) = t.success.last() {
+                                eprintln!("    record {}", String::from_utf8_lossy(value));
+                            }
+                        }
+                    }
                     self.check_command(&cmd);
                     self.pending.push((id, cmd));
                 }
@@ -542,8 +553,7 @@ impl World {
         assert_eq!(c.key, self.fence, "the compare is not on the fence key");
         match c.target {
             // A chaos server can report any header revision; the core takes it as the fence's
-            // mod revision (unchecked, see TOLERATE_CHAOS_UNREADABLE_RECORD) and the compare
-            // then simply fails, which is safe.
+            // mod revision and the compare then simply fails, which is safe.
             CompareTarget::ModRevision => assert!(
                 c.value > 0 || self.chaos,
                 "ModRevision compare on {}",
@@ -561,13 +571,13 @@ impl World {
         );
         let rec = match Checkpoint::decode(value) {
             Ok(rec) => rec,
-            // Open bug: see TOLERATE_SPLIT_DURING_SCAN.
+            // Fixed: see TOLERATE_SPLIT_DURING_SCAN.
             Err(CheckpointError::BadField { field: "split", .. })
                 if TOLERATE_SPLIT_DURING_SCAN.load(std::sync::atomic::Ordering::Relaxed) =>
             {
                 return;
             }
-            // Open bugs (chaos only): see TOLERATE_CHAOS_UNREADABLE_RECORD.
+            // Fixed (chaos only): see TOLERATE_CHAOS_UNREADABLE_RECORD.
             Err(CheckpointError::BadField { .. })
                 if self.chaos
                     && TOLERATE_CHAOS_UNREADABLE_RECORD
@@ -864,7 +874,7 @@ impl World {
         let Err(why) = self.target_matches_source_at(w) else {
             return;
         };
-        // Open bug (see TOLERATE_TARGET_AHEAD_AFTER_GENESIS): a target equal to the source at a
+        // Fixed (see TOLERATE_TARGET_AHEAD_AFTER_GENESIS): a target equal to the source at a
         // later revision is only ahead of its watermark.
         if TOLERATE_TARGET_AHEAD_AFTER_GENESIS.load(std::sync::atomic::Ordering::Relaxed)
             && (w + 1..=self.source.rev).any(|r| self.target_matches_source_at(r).is_ok())

@@ -371,6 +371,8 @@ impl RefReplicator {
                     cursor: vec![],
                     scanned: false,
                     rmax: self.r0,
+                    smax: None,
+                    base_count: None,
                 };
                 let w = self.fence.as_ref().map_or(0, |f| f.watermark);
                 let mut ops: Vec<TxnOp> = Vec::new();
@@ -403,6 +405,8 @@ impl RefReplicator {
                     cursor: vec![],
                     scanned: true,
                     rmax: self.r0,
+                    smax: None,
+                    base_count: None,
                 };
                 let mut ops = Vec::new();
                 for kv in r.kvs {

@@ -44,6 +44,15 @@ pub struct Scan {
     /// before the watermark invariant can hold again (a resumed agent needs it too).
     #[serde(default)]
     pub rmax: i64,
+    /// The highest mod revision among the key-values the durable pages held: no value the
+    /// scan wrote is newer. `None` when unknown (a record from an older build).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smax: Option<i64>,
+    /// How many keys the source range held at `base` (the R0 count). With the events the
+    /// watch delivered it gives the count at any later delivered revision, which an untrusted
+    /// source's quiet-range proof needs. `None` when unknown (a record from an older build).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_count: Option<i64>,
 }
 
 /// The record. `watermark = W` with `split == None` and `scan == None` promises that the
@@ -108,7 +117,9 @@ impl Checkpoint {
         Ok(c)
     }
 
-    fn check(&self) -> Result<(), CheckpointError> {
+    /// Whether [`Checkpoint::decode`] would accept this record once encoded: the mirror
+    /// checks every record before writing it, so it never leaves one it cannot read back.
+    pub fn check(&self) -> Result<(), CheckpointError> {
         let bad = |field, problem: &str| {
             Err(CheckpointError::BadField {
                 field,
@@ -135,6 +146,12 @@ impl Checkpoint {
         if let Some(s) = &self.scan {
             if s.base < 0 {
                 return bad("scan.base", "is negative");
+            }
+            if s.smax.is_some_and(|m| m < 0) {
+                return bad("scan.smax", "is negative");
+            }
+            if s.base_count.is_some_and(|n| n < 0) {
+                return bad("scan.base_count", "is negative");
             }
             // A split may be recorded while genesis replays an oversized revision.
         }
@@ -166,6 +183,8 @@ mod tests {
                 cursor: b"/app/\xff".to_vec(),
                 scanned: false,
                 rmax: 41,
+                smax: Some(39),
+                base_count: Some(3),
             }),
             prune_pending: true,
             prune_floor: 7,
@@ -206,12 +225,48 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn records_without_smax_or_base_count_still_decode() {
+        // Written by builds before these fields: both are unknown, not zero.
+        let mut j: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
+        let scan = j["scan"].as_object_mut().unwrap();
+        scan.remove("smax");
+        scan.remove("base_count");
+        let c = Checkpoint::decode(&serde_json::to_vec(&j).unwrap()).unwrap();
+        let s = c.scan.as_ref().unwrap();
+        assert_eq!((s.smax, s.base_count), (None, None));
+        // Unknown fields stay unwritten, so such a record encodes as it was.
+        assert!(!String::from_utf8(c.encode()).unwrap().contains("smax"));
+    }
+
+    #[test]
+    fn negative_smax_or_base_count_is_rejected() {
+        let mut c = sample();
+        c.scan.as_mut().unwrap().smax = Some(-1);
+        assert!(matches!(
+            Checkpoint::decode(&c.encode()),
+            Err(CheckpointError::BadField {
+                field: "scan.smax",
+                ..
+            })
+        ));
+        let mut c = sample();
+        c.scan.as_mut().unwrap().base_count = Some(-1);
+        assert!(matches!(
+            Checkpoint::decode(&c.encode()),
+            Err(CheckpointError::BadField {
+                field: "scan.base_count",
+                ..
+            })
+        ));
+    }
+
     proptest! {
         #[test]
         fn encode_decode_identity(epoch in 0u64..u64::MAX, wm in 0i64..i64::MAX/2, cursor in proptest::collection::vec(any::<u8>(), 0..20), pp in any::<bool>()) {
             let mut c = sample();
             c.epoch = epoch; c.watermark = wm; c.prune_pending = pp;
-            c.scan = Some(Scan { base: wm, cursor, scanned: pp, rmax: wm });
+            c.scan = Some(Scan { base: wm, cursor, scanned: pp, rmax: wm, smax: pp.then_some(wm), base_count: None });
             prop_assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
         }
 

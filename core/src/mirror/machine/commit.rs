@@ -61,11 +61,22 @@ impl Mirror {
         let Some(rec) = self.next_record(&work) else {
             return;
         };
-        self.submit_direct(work, rec);
+        self.submit_direct(now, work, rec);
     }
 
-    /// Sends one fenced Txn.
-    pub(super) fn submit_direct(&mut self, work: Work, record: Checkpoint) {
+    /// Sends one fenced Txn, unless its record would not decode: a record the next start
+    /// cannot read is never written (a server that reported inconsistent revisions is the
+    /// only known way to get there), so the agent stops instead.
+    pub(super) fn submit_direct(&mut self, now: Instant, work: Work, record: Checkpoint) {
+        if let Err(e) = record.check() {
+            return self.fail(
+                now,
+                FailKind::CheckpointInvalid,
+                format!(
+                    "refusing to write a checkpoint that could not be read back ({e}); the servers reported inconsistent revisions, nothing was written"
+                ),
+            );
+        }
         let bytes = record.encode();
         let ck = self.keys.checkpoint_key().to_vec();
         let compare = if self.fence_rev == 0 {
@@ -118,6 +129,9 @@ impl Mirror {
                     // Pages read so far (including any read ahead) bound what is durable.
                     let rmax = self.gen.as_ref().map_or(0, |g| g.rmax);
                     s.rmax = s.rmax.max(rmax);
+                    // Unknown stays unknown: an older record's pages are not known.
+                    let smax = self.gen.as_ref().and_then(|g| g.smax);
+                    s.smax = s.smax.zip(smax).map(|(a, b)| a.max(b));
                 }
             }
             Work::Tail(b) => match (b.split, b.watermark_after()) {
@@ -135,12 +149,16 @@ impl Mirror {
             },
             Work::Sweep { .. } | Work::Repair { .. } => {}
             Work::Fence(FenceWhy::Cutover) => rec.role = Role::Primary,
-            Work::Fence(FenceWhy::StartGenesis { base, prune, .. }) => {
+            Work::Fence(FenceWhy::StartGenesis {
+                base, prune, count, ..
+            }) => {
                 rec.scan = Some(Scan {
                     base: *base,
                     cursor: Vec::new(),
                     scanned: false,
                     rmax: *base,
+                    smax: Some(0),
+                    base_count: *count,
                 });
                 rec.split = None;
                 rec.prune_pending = *prune;
@@ -402,7 +420,7 @@ impl Mirror {
             self.batcher.clear();
             self.cancel_watch();
             self.gen = None;
-            self.submit_direct(Work::Claim, rec);
+            self.submit_direct(now, Work::Claim, rec);
             return;
         }
         self.fail(

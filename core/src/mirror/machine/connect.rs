@@ -173,7 +173,6 @@ impl Mirror {
 
     /// Claims the fence at a new epoch, carrying the found record's progress forward.
     pub(super) fn claim(&mut self, now: Instant) {
-        let _ = now;
         let base = self.found.clone();
         let epoch = (base.as_ref().map_or(0, |c| c.epoch) + 1).max(self.epoch_floor);
         let src_id = self.src.as_ref().map_or(0, |s| s.cluster_id);
@@ -206,6 +205,6 @@ impl Mirror {
         }
         self.status.epoch = epoch;
         self.status.role = "Mirror".into();
-        self.submit_direct(Work::Claim, rec);
+        self.submit_direct(now, Work::Claim, rec);
     }
 }

@@ -53,6 +53,8 @@ impl Mirror {
             step,
             prune,
             rmax: 0,
+            smax: None,
+            live: None,
             window: 0,
             // Start small (values may be large) and double while pages stay under budget.
             page_limit: self.cfg.sync.page_key_limit.min(1000),
@@ -114,6 +116,7 @@ impl Mirror {
             seq: g.seq,
             base: r.header_revision,
             prune: g.prune,
+            count: (r.count >= 0).then_some(r.count),
         };
         self.work.push_back(Work::Fence(why));
     }
@@ -163,6 +166,9 @@ impl Mirror {
         if let Some(g) = &mut self.gen {
             g.step = GenStep::Scanning;
             g.rmax = scan.base.max(scan.rmax);
+            g.smax = scan.smax;
+            // The watch replays from base + 1, so the count it maintains starts at base.
+            g.live = scan.base_count;
             g.window = windows
                 .iter()
                 .position(|w| before_end(&scan.cursor, &w.end))
@@ -242,9 +248,11 @@ impl Mirror {
             .sum();
         let budget = self.cfg.sync.page_bytes;
         let max_limit = self.cfg.sync.page_key_limit;
+        let page_smax = r.kvs.iter().map(|kv| kv.mod_revision).max().unwrap_or(0);
         let Some(g) = &mut self.gen else { return };
         g.reading = false;
         g.rmax = g.rmax.max(r.header_revision);
+        g.smax = g.smax.map(|s| s.max(page_smax));
         // Adapt the page to the byte budget.
         if page_bytes > budget {
             g.page_limit = (g.page_limit / 2).max(1);
@@ -359,10 +367,13 @@ impl Mirror {
                     self.probe_untrusted();
                 }
             }
+            // One sweep page at a time: a failed read waiting for its retry counts too (two
+            // reads of one page would advance the cursor twice).
             GenStep::Sweeping
                 if !self
                     .inflight
                     .values()
+                    .chain(self.retry.iter().map(|r| &r.job))
                     .any(|j| matches!(j, Job::SweepPage(_))) =>
             {
                 self.next_sweep_page(now);
@@ -390,8 +401,18 @@ impl Mirror {
         self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
     }
 
-    /// Untrusted progress: no live key in scope changed after what the watch delivered,
-    /// so the scanned values are the values at `delivered`.
+    /// Untrusted progress: proves the range quiet since what the watch delivered (`D`), so
+    /// the target (scanned values plus events up to `D`) equals the source at `D`:
+    /// - every key live now has `mod_revision <= D` (the probe), so each was live at `D`
+    ///   with the same value;
+    /// - as many keys are live now as at `D` (the probe's count against the R0 count plus
+    ///   the delivered creations and deletions), so no key live at `D` was deleted since.
+    ///   Deletes are invisible to the probe: a key deleted after `D` but before its page was
+    ///   read is missing from the target while the source at `D` has it;
+    /// - no scanned value has a mod revision above `D` (a key created and deleted after
+    ///   `D` but read by a page would be in the target, absent from the source at `D`).
+    ///
+    /// Without all three, genesis waits for the watch to deliver past Rmax (or re-probes).
     pub(super) fn on_untrusted_probe(&mut self, now: Instant, r: RangeReply) {
         self.observe_source_rev(now, r.header_revision);
         let max_mod = r.kvs.first().map_or(0, |kv| kv.mod_revision);
@@ -399,7 +420,10 @@ impl Mirror {
         if g.step != GenStep::Replaying {
             return;
         }
-        if max_mod <= self.delivered
+        let d = self.delivered;
+        if max_mod <= d
+            && g.live == Some(r.count)
+            && g.smax.is_some_and(|s| s <= d)
             && self.work.is_empty()
             && !self.committing
             && self.batcher.is_empty()
@@ -476,8 +500,17 @@ impl Mirror {
         }
     }
 
-    pub(super) fn on_sweep_page(&mut self, now: Instant, r: RangeReply) {
+    pub(super) fn on_sweep_page(&mut self, now: Instant, mut r: RangeReply) {
         let floor = self.record.as_ref().map_or(0, |c| c.prune_floor);
+        // Only keys inside the window being swept may be deleted: a reply listing others (a
+        // misbehaving server or proxy) must not make the mirror delete outside its range.
+        let window = self
+            .gen
+            .as_ref()
+            .and_then(|g| self.keys.target_windows().get(g.sweep_window).cloned());
+        let listed = !r.kvs.is_empty();
+        r.kvs
+            .retain(|kv| window.as_ref().is_some_and(|w| w.contains(&kv.key)));
         let mut ops = Vec::new();
         for kv in &r.kvs {
             if self.keys.is_checkpoint(&kv.key) || kv.mod_revision >= floor {
@@ -503,6 +536,8 @@ impl Mirror {
         let Some(g) = &mut self.gen else { return };
         match (r.kvs.last(), r.more) {
             (Some(k), true) => g.sweep_cursor = next_key(k.key.clone()),
+            // Only keys outside the window: no progress, read the page again.
+            (None, true) if listed => {}
             _ => {
                 g.sweep_window += 1;
                 g.sweep_cursor = Vec::new();

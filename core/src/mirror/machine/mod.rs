@@ -126,6 +126,8 @@ enum FenceWhy {
         seq: u64,
         base: i64,
         prune: bool,
+        /// Keys in the source range at `base`, when the server reported a sane count.
+        count: Option<i64>,
     },
     /// Clear `scan` and set the watermark proven for genesis attempt `seq`.
     FinishGenesis {
@@ -176,6 +178,12 @@ struct Genesis {
     prune: bool,
     /// Highest header revision any scan page was read at.
     rmax: i64,
+    /// Highest mod revision of any key-value a scan page held (`None`: unknown, resumed
+    /// from an older record).
+    smax: Option<i64>,
+    /// Keys in the source range at `delivered`: the R0 count plus creations minus deletions
+    /// the watch delivered (`None`: unknown).
+    live: Option<i64>,
     /// The window the next page read is in.
     window: usize,
     page_limit: u32,

@@ -127,15 +127,30 @@ impl Mirror {
     }
 
     /// A page of one side arrived.
-    pub(super) fn on_pass_page(&mut self, now: Instant, source: bool, r: RangeReply) {
+    pub(super) fn on_pass_page(&mut self, now: Instant, source: bool, mut r: RangeReply) {
         if source {
             self.observe_source_rev(now, r.header_revision);
         }
+        // Only keys inside the window being compared count (and may be repaired or
+        // deleted): a reply listing others comes from a misbehaving server or proxy.
+        let window = self.pass.as_ref().and_then(|p| {
+            let windows = if source {
+                self.keys.source_windows()
+            } else {
+                self.keys.target_windows()
+            };
+            windows.get(p.window).cloned()
+        });
+        let listed = !r.kvs.is_empty();
+        r.kvs
+            .retain(|kv| window.as_ref().is_some_and(|w| w.contains(&kv.key)));
         let Some(p) = &mut self.pass else { return };
         let side = if source { &mut p.src } else { &mut p.tgt };
         side.reading = false;
         match (r.kvs.last(), r.more) {
             (Some(last), true) => side.cursor = next_key(last.key.clone()),
+            // Only keys outside the window: no progress, read the page again.
+            (None, true) if listed => {}
             _ => side.done = true,
         }
         side.buf.extend(r.kvs);

@@ -134,8 +134,33 @@ impl Mirror {
                         "the source sent watch events out of revision order".into(),
                     );
                 }
+                // Every event up to `delivered` was delivered (or a trusted progress
+                // notification said so): one at or below it contradicts the stream, and
+                // applying it could record a split behind the watermark.
+                if let Some(first) = events
+                    .first()
+                    .filter(|e| e.kv.mod_revision <= self.delivered)
+                {
+                    let why = format!(
+                        "the source sent a watch event at revision {} after reporting everything up to {} delivered",
+                        first.kv.mod_revision, self.delivered
+                    );
+                    self.watch = None;
+                    return self.watch_failed(now, why);
+                }
+                let before = self.delivered;
                 if let Some(last) = events.last() {
                     self.delivered = self.delivered.max(last.kv.mod_revision);
+                }
+                if let Some(n) = self.gen.as_mut().and_then(|g| g.live.as_mut()) {
+                    // Keys in the source range at `delivered`, for the untrusted probe.
+                    for e in events.iter().filter(|e| e.kv.mod_revision > before) {
+                        match e.kind {
+                            EventKind::Put if e.kv.version == 1 => *n += 1,
+                            EventKind::Put => {}
+                            EventKind::Delete => *n -= 1,
+                        }
+                    }
                 }
                 let holding = self.gen.as_ref().is_some_and(|g| {
                     matches!(

@@ -1,0 +1,497 @@
+// Test code: a panic with the failing value is the report we want.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! Scripted regressions for bugs the `mirror_core` fuzzer found (inputs kept in
+//! `fuzz/regressions/mirror_core/`), each reduced to the exchange that shows it.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tidemark_core::config::{InitialSyncMode, MirrorConfig};
+use tidemark_core::etcd::{
+    Cluster, Command, KeyValue, RangeReply, Reply, SortBy, TxnOp, WatchEvent,
+};
+use tidemark_core::mirror::checkpoint::Scan;
+use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, Control, Role};
+
+fn count_reply(rev: i64, count: i64) -> Reply {
+    Reply::Range(RangeReply {
+        header_revision: rev,
+        kvs: vec![],
+        more: false,
+        count,
+    })
+}
+
+/// The untrusted source's "highest mod revision in scope" probe, answered: the keys it
+/// lists (the first has the highest mod revision) and how many keys the range holds.
+fn probe_reply(rev: i64, top: Option<KeyValue>, count: i64) -> Reply {
+    Reply::Range(RangeReply {
+        header_revision: rev,
+        kvs: top.into_iter().collect(),
+        more: count > 1,
+        count,
+    })
+}
+
+fn is_probe(c: &Command) -> bool {
+    matches!(c, Command::Range(r) if r.sort == SortBy::ModRevisionDescending && r.limit == 1)
+}
+
+fn txns(cmds: &[(CommandId, Command)]) -> Vec<(CommandId, Command)> {
+    cmds.iter()
+        .filter(|(_, c)| matches!(c, Command::Txn(_)))
+        .cloned()
+        .collect()
+}
+
+/// A cold start on an empty target up to a completed scan: R0 is read at `r0` with
+/// `r0_count` keys, the scan reads `page` (one page) at `page_rev`. Returns the watch id
+/// (opened at `r0 + 1`) and what the core emits once the scan is recorded complete.
+/// Target revisions: claim=10, start-genesis=11, scan chunks from 12.
+fn genesis_until_scanned(
+    h: &mut Harness,
+    version: &str,
+    r0: i64,
+    r0_count: i64,
+    page: Vec<KeyValue>,
+    page_rev: i64,
+) -> (u64, Vec<(CommandId, Command)>) {
+    answer_probes(h, (version, 1, r0), (version, 2, 5));
+    let (id, _) = one(h.drain()); // the fence read
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain()); // RequireEmpty look
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain()); // claim
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain()); // R0
+    h.done(id, Ok(count_reply(r0, r0_count)));
+    let (id, cmd) = one(h.drain());
+    let scan = fence_of(&cmd).scan.unwrap();
+    assert_eq!(
+        (scan.base, scan.smax, scan.base_count),
+        (r0, Some(0), Some(r0_count)),
+        "a new scan records what the untrusted probe needs"
+    );
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    let Command::Watch(w) = &cmds[0].1 else {
+        panic!("{cmds:#?}")
+    };
+    assert_eq!(w.start_revision, r0 + 1);
+    let watch_id = w.watch_id;
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    h.done(cmds[1].0, Ok(range(page_rev, page, false)));
+    let mut rev = 12;
+    let mut cmds = h.drain();
+    loop {
+        let mut scanned = false;
+        let mut rest = Vec::new();
+        for (id, cmd) in std::mem::take(&mut cmds) {
+            match &cmd {
+                Command::Range(r) if !r.count_only && r.sort == SortBy::Key => {
+                    h.done(id, Ok(range(page_rev, vec![], false)));
+                }
+                Command::Txn(_) if fence_of(&cmd).scan.is_some_and(|s| !s.scanned) => {
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                Command::Txn(_) if !scanned => {
+                    let s = fence_of(&cmd).scan.unwrap();
+                    assert!(s.scanned);
+                    assert!(s.rmax >= page_rev);
+                    scanned = true;
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                _ => rest.push((id, cmd)),
+            }
+        }
+        if scanned {
+            rest.extend(h.drain());
+            return (watch_id, rest);
+        }
+        cmds = h.drain();
+        cmds.extend(rest);
+    }
+}
+
+/// Fuzz input `target-ahead-after-genesis-retry`. An untrusted source (3.5.9): R0 = 100
+/// with /app/a and /app/b; /app/b is deleted at 102, and the scan page, read at 105, no
+/// longer lists it. No live key changed after 100, so the old probe ("highest mod revision
+/// <= delivered") finished genesis at 100, although the source at 100 has /app/b and the
+/// target does not. The probe now also compares the key count, so genesis waits for the
+/// watch to deliver the delete and finishes at 102.
+#[test]
+fn untrusted_probe_does_not_finish_before_a_delete_the_scan_saw() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 41);
+    let (w, cmds) =
+        genesis_until_scanned(&mut h, "3.5.9", 100, 2, vec![kv(b"/app/a", b"1", 50)], 105);
+    let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
+    // Nothing live changed after 100, but one key fewer than at 100: not proven.
+    h.done(
+        probe.0,
+        Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)),
+    );
+    let cmds = h.drain();
+    assert!(txns(&cmds).is_empty(), "genesis finished early: {cmds:#?}");
+    assert!(!h.m.status().condition(ConditionType::InitialSyncComplete));
+
+    // The watch delivers the delete: replayed, then a new probe proves the range quiet.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 105,
+            events: vec![del_ev(b"/app/b", 102)],
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/b".to_vec(),
+            range_end: vec![]
+        }]
+    );
+    h.done(id, Ok(txn_ok(20)));
+    assert!(h.drain().is_empty());
+    h.advance(Duration::from_secs(2));
+    let (id, cmd) = one(h.drain());
+    assert!(is_probe(&cmd), "{cmd:?}");
+    h.done(id, Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)));
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(data_ops(&cmd).is_empty());
+    assert_eq!((rec.scan, rec.watermark), (None, 102));
+    h.done(id, Ok(txn_ok(21)));
+    h.drain();
+    assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
+}
+
+/// The same proof against a key created and deleted after R0 that a page still read: the
+/// count is back where it was, but the target holds the key, absent from the source at 100.
+/// The highest mod revision the scan wrote (`smax`) keeps genesis waiting for the watch.
+#[test]
+fn untrusted_probe_does_not_finish_below_a_value_the_scan_wrote() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 42);
+    let page = vec![kv(b"/app/a", b"1", 50), kv(b"/app/t", b"t", 103)];
+    let (w, cmds) = genesis_until_scanned(&mut h, "3.5.9", 100, 1, page, 103);
+    let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
+    // /app/t was deleted at 104: one key, the highest mod revision 50.
+    h.done(
+        probe.0,
+        Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)),
+    );
+    let cmds = h.drain();
+    assert!(txns(&cmds).is_empty(), "genesis finished early: {cmds:#?}");
+
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 105,
+            events: vec![put_ev(b"/app/t", b"t", 103), del_ev(b"/app/t", 104)],
+        },
+    );
+    // One Txn per revision (a Txn may not touch a key twice). Once 103 is applied the
+    // watermark has passed every page (Rmax = 103): genesis finishes there, and the
+    // delete follows in the tail.
+    let (id, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/t", b"t")]);
+    h.done(id, Ok(txn_ok(20)));
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert!(data_ops(&cmd).is_empty());
+    assert_eq!((rec.scan, rec.watermark), (None, 103));
+    h.done(id, Ok(txn_ok(21)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/t".to_vec(),
+            range_end: vec![]
+        }]
+    );
+    assert_eq!(fence_of(&cmd).watermark, 104);
+}
+
+/// A resumed genesis (scan complete, the watch has delivered nothing) on a quiet range:
+/// the durable `smax` and `base_count` let the probe finish at the base. A record from an
+/// older build has neither, and then genesis waits for the watch instead of guessing.
+#[test]
+fn resumed_untrusted_genesis_proves_quiet_only_with_durable_smax_and_count() {
+    for (smax, base_count, finishes) in [(Some(150), Some(1), true), (None, None, false)] {
+        let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 43);
+        answer_probes(&mut h, ("3.5.9", 1, 300), ("3.5.9", 2, 50));
+        let (id, _) = one(h.drain());
+        let found = Checkpoint {
+            v: 1,
+            link: MirrorConfig::new("/app/", "/mirror/").link_id(),
+            epoch: 2,
+            holder: "0123456789abcdef0123456789abcdef".into(),
+            role: Role::Mirror,
+            watermark: 0,
+            split: None,
+            scan: Some(Scan {
+                base: 200,
+                cursor: vec![],
+                scanned: true,
+                rmax: 300,
+                smax,
+                base_count,
+            }),
+            prune_pending: false,
+            prune_floor: 0,
+            source_cluster: "1".into(),
+            target_cluster: "2".into(),
+        };
+        h.done(
+            id,
+            Ok(range(50, vec![kv(FENCE, &found.encode(), 49)], false)),
+        );
+        let (id, cmd) = one(h.drain());
+        assert_eq!(fence_of(&cmd).scan, found.scan, "the claim keeps the scan");
+        h.done(id, Ok(txn_ok(51)));
+        let cmds = h.drain();
+        let Command::Watch(wr) = &cmds[0].1 else {
+            panic!("{cmds:#?}")
+        };
+        assert_eq!(wr.start_revision, 201);
+        h.done(cmds[0].0, Ok(Reply::WatchStarted));
+        let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
+        h.done(
+            probe.0,
+            Ok(probe_reply(300, Some(kv(b"/app/a", b"", 150)), 1)),
+        );
+        let cmds = h.drain();
+        if finishes {
+            let (_, cmd) = one(cmds);
+            let rec = fence_of(&cmd);
+            assert_eq!((rec.scan, rec.watermark), (None, 200));
+        } else {
+            assert!(txns(&cmds).is_empty(), "{cmds:#?}");
+        }
+    }
+}
+
+/// Fuzz input `chaos-unreadable-record-untriaged` (a lying source): a trusted progress
+/// notification at 500 moves the idle watermark to 500, then the stream sends events at
+/// 101..103 (the last one larger than a Txn). They were applied, and the split of 103 was
+/// recorded as `split.rev = 103 <= watermark = 500`, a record `Checkpoint::decode` rejects.
+/// Events at or below what the stream already reported delivered are refused now: the
+/// watch is reopened after it, and nothing is written for them.
+#[test]
+fn events_at_or_below_a_reported_progress_revision_are_refused() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 44);
+    let w = cold_start(&mut h, "3.5.13");
+    h.advance(Duration::from_secs(10));
+    h.watch(w, WatchEvent::Progress { revision: 500 });
+    // The idle advance is in flight when the events arrive.
+    let (adv, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).watermark, 500);
+    let events = (0..6)
+        .map(|i| put_ev(format!("/app/k{i}").as_bytes(), b"v", 103))
+        .collect();
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 510,
+            events,
+        },
+    );
+    h.done(adv, Ok(txn_ok(50)));
+    let cmds = h.drain();
+    assert!(txns(&cmds).is_empty(), "{cmds:#?}");
+    assert!(h
+        .m
+        .status()
+        .last_error
+        .as_deref()
+        .unwrap()
+        .contains("revision 103"));
+    // After the backoff, the stream reopens after what was reported.
+    h.advance(Duration::from_secs(60));
+    let cmds = h.drain();
+    let reopened = cmds.iter().find_map(|(_, c)| match c {
+        Command::Watch(wr) => Some(wr.start_revision),
+        _ => None,
+    });
+    assert_eq!(reopened, Some(501), "{cmds:#?}");
+    assert!(txns(&cmds).is_empty(), "{cmds:#?}");
+}
+
+/// Fuzz input `sweep-deletes-key-outside-window-from-bad-range-reply` (a misbehaving
+/// server or proxy): the prune sweep deleted every key a target range reply listed. Keys
+/// outside the window it asked for are ignored now.
+#[test]
+fn prune_sweep_ignores_keys_outside_the_window_it_asked_for() {
+    let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 45);
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, cmd) = one(h.drain());
+    assert!(fence_of(&cmd).prune_pending);
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(count_reply(100, 1)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    h.done(
+        cmds[1].0,
+        Ok(range(100, vec![kv(b"/app/a", b"1", 50)], false)),
+    );
+    // Scan chunks until the sweep's first page read of the target.
+    let mut rev = 12;
+    let sweep = loop {
+        let cmds = h.drain();
+        assert!(!cmds.is_empty());
+        let mut found = None;
+        for (id, cmd) in cmds {
+            match &cmd {
+                Command::Range(r) if r.keys_only => found = Some((id, r.clone())),
+                Command::Range(_) => h.done(id, Ok(range(100, vec![], false))),
+                Command::Txn(_) => {
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if let Some(f) = found {
+            break f;
+        }
+    };
+    let (id, r) = sweep;
+    assert_eq!(r.key, b"/mirror/".to_vec());
+    // Honest keys are inside [/mirror/, /mirror0); this reply also lists three outside.
+    let stale = |k: &[u8]| kv(k, b"", 3);
+    h.done(
+        id,
+        Ok(range(
+            rev,
+            vec![
+                stale(b"/a/outside"),
+                stale(b"/mirror/old"),
+                stale(b"/mirror0"),
+                stale(b"/other/x"),
+            ],
+            false,
+        )),
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/old".to_vec(),
+            range_end: vec![]
+        }]
+    );
+}
+
+/// Found while fuzzing the window filter above: a failed sweep page read was queued for a
+/// retry and, the commit queue being empty, a second read of the same page was issued at
+/// once. Both replies advanced the sweep, so one could skip the rest of a window and leave a
+/// stale key under a settled watermark. Only the retry reads the page now.
+#[test]
+fn a_failed_sweep_read_is_retried_once_not_duplicated() {
+    let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 47);
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(count_reply(100, 0)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+    h.done(cmds[1].0, Ok(range(100, vec![], false)));
+    let mut rev = 12;
+    let (id, first) = loop {
+        let cmds = h.drain();
+        assert!(!cmds.is_empty());
+        let mut found = None;
+        for (id, cmd) in cmds {
+            match &cmd {
+                Command::Range(r) if r.keys_only => found = Some((id, cmd.clone())),
+                Command::Range(_) => h.done(id, Ok(range(100, vec![], false))),
+                Command::Txn(_) => {
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if let Some(f) = found {
+            break f;
+        }
+    };
+    h.done(
+        id,
+        Err(tidemark_core::classify::Failure::Transient {
+            message: "etcdserver: no leader".into(),
+        }),
+    );
+    let cmds = h.drain();
+    assert!(cmds.is_empty(), "a second read of the page: {cmds:#?}");
+    h.advance(Duration::from_secs(30));
+    let (_, again) = one(h.drain());
+    assert_eq!(again, first, "the retry reads the same page");
+}
+
+/// The same for a reconciliation pass deleting orphans: keys a target reply lists outside
+/// the window asked for are neither counted nor deleted (nor written, on the source side).
+#[test]
+fn reconcile_pass_ignores_keys_outside_the_window_it_asked_for() {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.reconciliation.enabled = true;
+    cfg.reconciliation.interval = Duration::from_secs(60);
+    cfg.reconciliation.delete_orphans = true;
+    let mut h = Harness::new(cfg, 46);
+    cold_start(&mut h, "3.5.13");
+    h.m.handle_input(
+        h.now,
+        tidemark_core::mirror::Input::Control(Control::Reconcile),
+    );
+    let cmds = h.drain();
+    let read = |cluster| {
+        cmds.iter()
+            .find(|(_, c)| matches!(c, Command::Range(r) if r.cluster == cluster))
+            .unwrap()
+            .0
+    };
+    let (src, tgt) = (read(Cluster::Source), read(Cluster::Target));
+    h.done(
+        src,
+        Ok(range(
+            100,
+            vec![kv(b"/app/a", b"1", 50), kv(b"/apq/not-ours", b"x", 60)],
+            false,
+        )),
+    );
+    h.done(
+        tgt,
+        Ok(range(
+            13,
+            vec![
+                kv(b"/a/outside", b"x", 13),
+                kv(b"/mirror/a", b"1", 13),
+                kv(b"/mirror/z", b"x", 13),
+                kv(b"/other/x", b"x", 13),
+            ],
+            false,
+        )),
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![TxnOp::Delete {
+            key: b"/mirror/z".to_vec(),
+            range_end: vec![]
+        }]
+    );
+}
