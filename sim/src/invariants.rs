@@ -286,9 +286,8 @@ impl Checker {
                     ));
                 }
             }
-            let prune_allowed = who.delete_orphans
-                || who.mode == InitialSyncMode::OverwriteAndPrune
-                || sweeping;
+            let prune_allowed =
+                who.delete_orphans || who.mode == InitialSyncMode::OverwriteAndPrune || sweeping;
             if matches!(op, TxnOp::Delete { .. }) && !prune_allowed {
                 if let Some(k) = self
                     .drift

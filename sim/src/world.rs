@@ -19,8 +19,8 @@ use crate::workload::Workload;
 use std::collections::{BTreeMap, BTreeSet};
 use tidemark_core::classify::{Code, Failure};
 use tidemark_core::config::InitialSyncMode;
-use tidemark_core::etcd::{Cluster, Command, Reply, TxnOp, TxnReply, TxnRequest, WatchEvent};
 use tidemark_core::config::DEFAULT_CHECKPOINT_SUFFIX;
+use tidemark_core::etcd::{Cluster, Command, Reply, TxnOp, TxnReply, TxnRequest, WatchEvent};
 use tidemark_core::mirror::checkpoint::VERSION as CHECKPOINT_VERSION;
 use tidemark_core::mirror::{
     Checkpoint, ConditionType, Control, FailKind, Input, Output, Role, StopReason,
@@ -837,9 +837,9 @@ impl World {
             return Some("RequireEmpty refused a non-empty target".into());
         }
         let stopped_with = |kind: FailKind| {
-            self.agents.iter().any(|a| {
-                matches!(&a.stopped, Some(StopReason::Failed { kind: k, .. }) if *k == kind)
-            })
+            self.agents.iter().any(
+                |a| matches!(&a.stopped, Some(StopReason::Failed { kind: k, .. }) if *k == kind),
+            )
         };
         if all_stopped && stopped_with(FailKind::PrefixConflict) && self.sibling_present() {
             return Some("PrefixConflict: another link's fence in the target range".into());
@@ -885,7 +885,11 @@ impl World {
                 });
             }
         } else {
-            let keep_orphans = self.opts.reconcile.as_ref().is_none_or(|r| !r.delete_orphans);
+            let keep_orphans = self
+                .opts
+                .reconcile
+                .as_ref()
+                .is_none_or(|r| !r.delete_orphans);
             match self.checker.converged(
                 self.now,
                 &self.source.store,
@@ -1153,7 +1157,8 @@ impl World {
         a.last_pass_start = Some(start);
         self.coverage.add("reconcile.passes", passes);
         self.coverage.add("reconcile.drift.missing", counts.missing);
-        self.coverage.add("reconcile.drift.divergent", counts.divergent);
+        self.coverage
+            .add("reconcile.drift.divergent", counts.divergent);
         self.coverage.add("reconcile.drift.orphan", counts.orphan);
         self.coverage.add("reconcile.repaired", counts.repaired);
         let Some((w, true)) = pinned_at else {
@@ -1161,7 +1166,11 @@ impl World {
         };
         let alone = self.agents.iter().filter(|a| a.alive()).count() == 1;
         let idle = self.checker.last_in_scope(&self.source.store) <= w;
-        if passes != 1 || !alone || !idle || self.last_disturb_ns >= start || self.opts.faulty.is_some()
+        if passes != 1
+            || !alone
+            || !idle
+            || self.last_disturb_ns >= start
+            || self.opts.faulty.is_some()
         {
             return;
         }
@@ -1349,9 +1358,7 @@ impl World {
             return self.violate(Violation {
                 invariant: "a-drain".into(),
                 at_ns: self.now,
-                detail: format!(
-                    "agent {agent} stopped Drained at {d} but the fence is {fence:?}"
-                ),
+                detail: format!("agent {agent} stopped Drained at {d} but the fence is {fence:?}"),
             });
         }
         let since = self.flip_since;
@@ -1369,13 +1376,10 @@ impl World {
             drift.keys.get(k).is_some_and(|t| *t >= since)
                 || drift.sibling.as_ref().is_some_and(|(s, _)| s == k)
         };
-        if let Err(mut v) = self.checker.check_equal_with(
-            self.now,
-            d,
-            &self.source.store,
-            &self.target.store,
-            late,
-        ) {
+        if let Err(mut v) =
+            self.checker
+                .check_equal_with(self.now, d, &self.source.store, &self.target.store, late)
+        {
             v.invariant = "a-drain".into();
             v.detail = format!("cut-over at {d}: {}", v.detail);
             self.violate(v);
