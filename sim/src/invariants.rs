@@ -27,6 +27,7 @@
 //! - **orphans**: an injected orphan is deleted only by an agent with `deleteOrphans` (or by
 //!   an `OverwriteAndPrune` genesis sweep).
 //! - **sibling fence**: another link's fence in the range is never written or deleted.
+//!
 //! The drain (a) and pass-count (c) invariants are checked by the world, which sees the
 //! agents' status.
 
