@@ -588,14 +588,15 @@ impl Checker {
 
     /// Liveness: the fence is settled, its watermark covers the last in-scope source
     /// revision, and the target equals the rewritten latest source: every drifted key is
-    /// repaired, except injected orphans when `keep_orphans` (no `deleteOrphans`), which
-    /// must still be there or be gone. `Ok(false)` = not yet.
+    /// repaired, except injected orphans when `keep_orphans` (no `deleteOrphans`) and any
+    /// drifted key when `keep_drift` (nothing reconciles). `Ok(false)` = not yet.
     pub fn converged(
         &mut self,
         now: u64,
         source: &Store,
         target: &Store,
         keep_orphans: bool,
+        keep_drift: bool,
     ) -> Result<bool, Violation> {
         let Some(f) = self.fence.clone() else {
             return Ok(false);
@@ -613,7 +614,10 @@ impl Checker {
         }
         // Live target must equal the latest source too (it equals source@W by (a)).
         let orphans = self.drift.orphans.clone();
-        let skip = |k: &[u8]| keep_orphans && orphans.contains(k);
+        let drifted = self.drift.keys.clone();
+        let skip = |k: &[u8]| {
+            (keep_orphans && orphans.contains(k)) || (keep_drift && drifted.contains_key(k))
+        };
         match self.check_equal_with(now, source.rev(), source, target, skip) {
             Ok(()) => Ok(true),
             Err(_) => Ok(false),

@@ -58,6 +58,7 @@ pub fn run_verbose(schedule: &Schedule, trace: bool, verbose: bool) -> RunResult
     let mut coverage = w.coverage.clone();
     coverage.add("checker.deep_checks", w.checker.deep_checks);
     coverage.add("checker.incremental_checks", w.checker.incremental_checks);
+    coverage.add("drift.taken_back", w.checker.drift.taken_back);
     RunResult {
         seed: schedule.options.seed,
         violation,

@@ -885,16 +885,17 @@ impl World {
                 });
             }
         } else {
-            let keep_orphans = self
-                .opts
-                .reconcile
-                .as_ref()
-                .is_none_or(|r| !r.delete_orphans);
+            // Drift is repaired only by a reconciling agent, orphans only with deleteOrphans
+            // (agent 0 is the one the supervisor keeps running).
+            let rc = self.agents.first().map(|a| a.config.reconciliation.clone());
+            let keep_drift = !rc.as_ref().is_some_and(|r| r.enabled);
+            let keep_orphans = !rc.as_ref().is_some_and(|r| r.enabled && r.delete_orphans);
             match self.checker.converged(
                 self.now,
                 &self.source.store,
                 &self.target.store,
                 keep_orphans,
+                keep_drift,
             ) {
                 Ok(true) => self.end = Some(End::Converged { at_ns: self.now }),
                 Ok(false) => {}
