@@ -421,6 +421,89 @@ fn drain_on_untrusted_progress_targets_the_highest_mod_revision() {
 }
 
 #[test]
+fn untrusted_drain_target_ignores_writes_under_excluded_prefixes() {
+    // Found by the simulator: the newest write under the source prefix was an excluded key,
+    // which the watermark never covers, so the drain waited for it forever.
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.mode = Mode::Drain;
+    cfg.sync.exclude_prefixes = vec!["skip/".into()];
+    let mut h = Harness::new(cfg, 41);
+    // Cold start on an empty source and target, answering whatever genesis asks, until the
+    // drain reads its target.
+    let first_window = |c: &Command| {
+        matches!(c, Command::Range(r) if r.sort == SortBy::ModRevisionDescending
+            && r.range_end == b"/app/skip/".to_vec())
+    };
+    let mut cmds = h.drain();
+    let mut rev = 10;
+    for _ in 0..50 {
+        if cmds.iter().any(|(_, c)| first_window(c)) {
+            break;
+        }
+        for (id, c) in std::mem::take(&mut cmds) {
+            let reply = match &c {
+                Command::Status { cluster } => match cluster {
+                    Cluster::Source => status("3.4.23", 1, 100),
+                    Cluster::Target => status("3.4.23", 2, 5),
+                },
+                Command::Range(r) if r.count_only => {
+                    Reply::Range(tidemark_core::etcd::RangeReply {
+                        header_revision: 100,
+                        kvs: vec![],
+                        more: false,
+                        count: 0,
+                    })
+                }
+                Command::Range(r) if r.cluster == Cluster::Target => range(5, vec![], false),
+                Command::Range(_) => range(100, vec![], false),
+                Command::Txn(_) => {
+                    rev += 1;
+                    txn_ok(rev)
+                }
+                Command::Watch(_) => Reply::WatchStarted,
+                _ => continue,
+            };
+            h.done(id, Ok(reply));
+        }
+        cmds = h.drain();
+    }
+    assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
+    let cmds: Vec<_> = cmds
+        .into_iter()
+        .filter(|(_, c)| matches!(c, Command::Range(_)))
+        .collect();
+    // One read per scan window: [/app/, /app/skip/) and [/app/skip0, /app0).
+    let (id, cmd) = one(cmds);
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(
+        (r.key.as_slice(), r.range_end.as_slice()),
+        (&b"/app/"[..], &b"/app/skip/"[..])
+    );
+    assert_eq!((r.sort, r.limit), (SortBy::ModRevisionDescending, 1));
+    h.done(id, Ok(range(500, vec![kv(b"/app/b", b"", 60)], false)));
+    assert_eq!(h.m.status().drain_target_revision, None);
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(r.key, b"/app/skip0".to_vec());
+    h.done(id, Ok(range(500, vec![kv(b"/app/z", b"", 70)], false)));
+    // /app/skip/x at 499 was never read: the target is the in-scope maximum.
+    assert_eq!(h.m.status().drain_target_revision, Some(70));
+    // Watermark 100 >= 70: verify (both windows empty), then cut over.
+    let cmds = h.drain();
+    let mut next = verify(&mut h, cmds, vec![], vec![]);
+    let ((s, _), t) = pass_reads(&next);
+    h.done(s, Ok(range(100, vec![], false)));
+    h.done(t, Ok(range(13, vec![], false)));
+    next = h.drain();
+    let (_, cmd) = one(next);
+    assert_eq!(fence_of(&cmd).role, Role::Primary);
+}
+
+#[test]
 fn drain_refuses_to_cut_over_with_orphans_left() {
     let mut h = draining();
     let (_, cmds) = cold_start_then(&mut h, "3.5.13");
@@ -444,6 +527,53 @@ fn drain_refuses_to_cut_over_with_orphans_left() {
         other => panic!("{other:?}"),
     }
     assert!(!h.m.status().condition(ConditionType::CutoverReady));
+}
+
+#[test]
+fn an_unpinned_drain_round_is_retried_instead_of_refusing_in_flight_deletes() {
+    // Found by the simulator: a compaction past the watermark made the verification read
+    // the latest source, where a key deleted after the watermark (still in the target, the
+    // tail being held) looked like an orphan, and the drain failed permanently.
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.done(
+        id,
+        Ok(Reply::Range(tidemark_core::etcd::RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 1,
+        })),
+    );
+    let cmds = h.drain();
+    let ((src, rev), tgt) = pass_reads(&cmds);
+    assert_eq!(rev, 100);
+    h.done(src, Err(Failure::Compacted { rev: 0 }));
+    let (src2, _) = one(h.drain());
+    // /app/b was deleted at 120, after the watermark: absent from the latest source.
+    h.done(src2, Ok(range(130, vec![kv(b"/app/a", b"1", 50)], false)));
+    h.done(
+        tgt,
+        Ok(range(
+            13,
+            vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")],
+            false,
+        )),
+    );
+    let cmds = h.drain();
+    assert_eq!(
+        h.stopped(),
+        None,
+        "an unpinned round proves nothing; no verdict"
+    );
+    assert!(!h.m.status().condition(ConditionType::CutoverReady));
+    // The drain starts over: it reads its target again.
+    let (_, cmd) = one(cmds);
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert!(r.count_only, "{r:?}");
 }
 
 #[test]

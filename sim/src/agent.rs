@@ -66,6 +66,14 @@ pub fn config_for(o: &Options, variant: u32) -> MirrorConfig {
             c.reconciliation.delete_orphans = true;
         }
     }
+    if let Some(r) = &o.reconcile {
+        c.reconciliation.enabled = true;
+        c.reconciliation.interval = Duration::from_millis(r.interval_ms);
+        c.reconciliation.delete_orphans = r.delete_orphans;
+    }
+    if o.drain_from_start {
+        c.mode = tidemark_core::config::Mode::Drain;
+    }
     c
 }
 
@@ -92,6 +100,10 @@ pub struct Agent {
     pub in_flight: BTreeSet<u64>,
     /// Conditions currently raised (for rising-edge coverage marks).
     pub raised: BTreeSet<tidemark_core::mirror::ConditionType>,
+    /// Reconciliation passes this incarnation has reported (status counter).
+    pub passes_seen: u64,
+    /// When this incarnation's last reported pass started.
+    pub last_pass_start: Option<u64>,
 }
 
 impl Agent {

@@ -19,12 +19,23 @@
 //!   `[target.prefix + destPrefix, prefix_end(..))`.
 //! - **(e) RequireEmpty**: an agent configured `RequireEmpty` never writes a data key while
 //!   the target range holds a key the mirror did not write (a foreign key).
+//!
+//! Drift (issue C2): keys an outside writer changes inside the mirrored range after the
+//! initial sync are tracked in [`Drift`]. (a) skips a drifted key until the mirror writes it
+//! again (a repair or an ordinary tail write takes it back). Further invariants:
+//! - **(b) after cut-over**: once a fence with role `Primary` landed, no mirror write lands.
+//! - **orphans**: an injected orphan is deleted only by an agent with `deleteOrphans` (or by
+//!   an `OverwriteAndPrune` genesis sweep).
+//! - **sibling fence**: another link's fence in the range is never written or deleted.
+//!
+//! The drain (a) and pass-count (c) invariants are checked by the world, which sees the
+//! agents' status.
 
 use crate::model::store::in_range;
 use crate::model::Store;
 use crate::oracle::{Fence, Oracle};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use tidemark_core::config::InitialSyncMode;
 use tidemark_core::etcd::TxnOp;
 use tidemark_core::mirror::Checkpoint;
@@ -45,6 +56,38 @@ pub struct Issuer {
     pub agent: u32,
     pub incarnation: u32,
     pub mode: InitialSyncMode,
+    /// `reconciliation.deleteOrphans` of the issuing agent.
+    pub delete_orphans: bool,
+}
+
+/// Drift injected into the target range behind the mirror's back.
+#[derive(Debug, Clone, Default)]
+pub struct Drift {
+    /// Drifted target keys the mirror has not written since, with the injection time.
+    pub keys: BTreeMap<Vec<u8>, u64>,
+    /// Every key ever drifted (a pass's expected counts are read from these).
+    pub ever: BTreeSet<Vec<u8>>,
+    /// Keys injected as orphans (their source key never exists).
+    pub orphans: BTreeSet<Vec<u8>>,
+    /// Another link's fence key in the range, and when it appeared.
+    pub sibling: Option<(Vec<u8>, u64)>,
+    /// Drifted keys the mirror later wrote (repairs, tail writes, genesis).
+    pub taken_back: u64,
+}
+
+impl Drift {
+    /// Whether (a) ignores this target key for now.
+    pub fn skipped(&self, k: &[u8]) -> bool {
+        self.keys.contains_key(k) || self.sibling.as_ref().is_some_and(|(s, _)| s == k)
+    }
+
+    /// Injected orphans still in the target untouched by the mirror.
+    pub fn live_orphans(&self) -> usize {
+        self.orphans
+            .iter()
+            .filter(|k| self.keys.contains_key(*k))
+            .count()
+    }
 }
 
 /// The checker's memory of the link.
@@ -63,6 +106,10 @@ pub struct Checker {
     checked_w: Option<i64>,
     /// Target keys written since that check (they may now differ).
     dirty: BTreeSet<Vec<u8>>,
+    /// Drift injected behind the mirror.
+    pub drift: Drift,
+    /// When the fence flipped to `Primary` (cut-over), if it did.
+    pub primary_at: Option<u64>,
 }
 
 fn v(invariant: &str, at_ns: u64, detail: String) -> Violation {
@@ -95,7 +142,44 @@ impl Checker {
             incremental_checks: 0,
             checked_w: None,
             dirty: BTreeSet::new(),
+            drift: Drift::default(),
+            primary_at: None,
         }
+    }
+
+    /// Records a drift write (put or delete) of one target key at `now`.
+    pub fn drift_write(&mut self, key: &[u8], now: u64, orphan: bool) {
+        self.drift.keys.insert(key.to_vec(), now);
+        self.drift.ever.insert(key.to_vec());
+        if orphan {
+            self.drift.orphans.insert(key.to_vec());
+        }
+    }
+
+    /// The drift a pass pinned at `w` must report, given the target as of `target_rev`:
+    /// (missing, divergent, orphan). Every key never drifted equals `source@w` by (a).
+    pub fn expected_drift(
+        &self,
+        w: i64,
+        source: &Store,
+        target: &Store,
+        target_rev: i64,
+    ) -> (u64, u64, u64) {
+        let (mut missing, mut divergent, mut orphan) = (0, 0, 0);
+        for k in &self.drift.ever {
+            let expected = self
+                .unrewrite(k)
+                .and_then(|sk| source.get_at(&sk, w))
+                .map(|kv| &kv.value);
+            let actual = target.get_at(k, target_rev).map(|kv| &kv.value);
+            match (expected, actual) {
+                (Some(_), None) => missing += 1,
+                (None, Some(_)) => orphan += 1,
+                (Some(e), Some(a)) if e != a => divergent += 1,
+                _ => {}
+            }
+        }
+        (missing, divergent, orphan)
     }
 
     /// Records a key written into the target by someone other than the mirror.
@@ -153,6 +237,75 @@ impl Checker {
                     }
                 }
                 _ => {}
+            }
+        }
+        // (b) nothing lands after the cut-over.
+        if let Some(at) = self.primary_at {
+            return Err(v(
+                "b-after-cutover",
+                now,
+                format!(
+                    "agent {} (inc {}) wrote the target after the fence flipped to Primary at {} ms",
+                    who.agent,
+                    who.incarnation,
+                    at / 1_000_000
+                ),
+            ));
+        }
+        // Another link's fence and injected orphans. A resync's mark-and-sweep prune (the
+        // fence says a scan or a prune is under way) cannot tell an orphan from a key the
+        // source deleted during the gap, so it may delete one in any mode.
+        let sweeping = ops.iter().any(|op| match op {
+            TxnOp::Put { key, value } if *key == o.fence_key => {
+                Fence::parse(value).is_some_and(|f| f.prune_pending || f.scan_base.is_some())
+            }
+            _ => false,
+        });
+        for op in ops {
+            let (key, range_end) = match op {
+                TxnOp::Put { key, .. } => (key, &Vec::new()),
+                TxnOp::Delete { key, range_end } => (key, range_end),
+                TxnOp::Get { .. } => continue,
+            };
+            let hits = |k: &[u8]| {
+                if range_end.is_empty() {
+                    k == key.as_slice()
+                } else {
+                    in_range(k, key, range_end)
+                }
+            };
+            if let Some((s, _)) = &self.drift.sibling {
+                if hits(s) {
+                    return Err(v(
+                        "sibling-fence-touched",
+                        now,
+                        format!(
+                            "agent {} wrote or deleted another link's fence {}",
+                            who.agent,
+                            show(s)
+                        ),
+                    ));
+                }
+            }
+            let prune_allowed =
+                who.delete_orphans || who.mode == InitialSyncMode::OverwriteAndPrune || sweeping;
+            if matches!(op, TxnOp::Delete { .. }) && !prune_allowed {
+                if let Some(k) = self
+                    .drift
+                    .orphans
+                    .iter()
+                    .find(|k| self.drift.keys.contains_key(*k) && hits(k))
+                {
+                    return Err(v(
+                        "orphan-deleted",
+                        now,
+                        format!(
+                            "agent {} deleted the orphan {} without deleteOrphans",
+                            who.agent,
+                            show(k)
+                        ),
+                    ));
+                }
             }
         }
         // (b) fenced.
@@ -226,12 +379,25 @@ impl Checker {
             match op {
                 TxnOp::Put { key, .. } => {
                     self.foreign.remove(key);
+                    if self.drift.keys.remove(key).is_some() {
+                        self.drift.taken_back += 1;
+                    }
                 }
                 TxnOp::Delete { key, range_end } => {
                     self.foreign.retain(|k| !in_range(k, key, range_end));
+                    let before = self.drift.keys.len();
+                    if range_end.is_empty() {
+                        self.drift.keys.remove(key);
+                    } else {
+                        self.drift.keys.retain(|k, _| !in_range(k, key, range_end));
+                    }
+                    self.drift.taken_back += (before - self.drift.keys.len()) as u64;
                 }
                 TxnOp::Get { .. } => {}
             }
+        }
+        if f.role == "Primary" && self.primary_at.is_none() {
+            self.primary_at = Some(now);
         }
         self.fence = Some(f.clone());
         for e in target.events_at(target.rev()) {
@@ -282,7 +448,7 @@ impl Checker {
         }
         let dirty = std::mem::take(&mut self.dirty);
         for k in &dirty {
-            if *k == self.oracle.fence_key {
+            if *k == self.oracle.fence_key || self.drift.skipped(k) {
                 continue;
             }
             let expected = self
@@ -321,13 +487,26 @@ impl Checker {
         Some(k)
     }
 
-    /// Invariant (a) at watermark `w`.
+    /// Invariant (a) at watermark `w`, skipping drifted keys.
     pub fn check_equal(
         &mut self,
         now: u64,
         w: i64,
         source: &Store,
         target: &Store,
+    ) -> Result<(), Violation> {
+        let drift = self.drift.clone();
+        self.check_equal_with(now, w, source, target, |k| drift.skipped(k))
+    }
+
+    /// Target (fence and keys `skip` names excluded) equals `rewrite(source@w)`.
+    pub fn check_equal_with(
+        &mut self,
+        now: u64,
+        w: i64,
+        source: &Store,
+        target: &Store,
+        skip: impl Fn(&[u8]) -> bool,
     ) -> Result<(), Violation> {
         self.deep_checks += 1;
         if w > source.rev() {
@@ -348,8 +527,12 @@ impl Checker {
         let mut expected = src
             .iter()
             .filter_map(|kv| o.rewrite(&kv.key).map(|k| (k, &kv.value)))
+            .filter(|(k, _)| !skip(k))
             .peekable();
-        let mut actual = tgt.iter().filter(|kv| kv.key != o.fence_key).peekable();
+        let mut actual = tgt
+            .iter()
+            .filter(|kv| kv.key != o.fence_key && !skip(&kv.key))
+            .peekable();
         loop {
             match (expected.peek(), actual.peek()) {
                 (None, None) => return Ok(()),
@@ -404,16 +587,23 @@ impl Checker {
     }
 
     /// Liveness: the fence is settled, its watermark covers the last in-scope source
-    /// revision, and the target equals the rewritten latest source. `Ok(false)` = not yet.
+    /// revision, and the target equals the rewritten latest source: every drifted key is
+    /// repaired, except injected orphans when `keep_orphans` (no `deleteOrphans`) and any
+    /// drifted key when `keep_drift` (nothing reconciles). `Ok(false)` = not yet.
     pub fn converged(
         &mut self,
         now: u64,
         source: &Store,
         target: &Store,
+        keep_orphans: bool,
+        keep_drift: bool,
     ) -> Result<bool, Violation> {
         let Some(f) = self.fence.clone() else {
             return Ok(false);
         };
+        if self.drift.sibling.is_some() {
+            return Ok(false);
+        }
         if !f.settled() {
             return Ok(false);
         }
@@ -423,7 +613,12 @@ impl Checker {
             return Ok(false);
         }
         // Live target must equal the latest source too (it equals source@W by (a)).
-        match self.check_equal(now, source.rev(), source, target) {
+        let orphans = self.drift.orphans.clone();
+        let drifted = self.drift.keys.clone();
+        let skip = |k: &[u8]| {
+            (keep_orphans && orphans.contains(k)) || (keep_drift && drifted.contains_key(k))
+        };
+        match self.check_equal_with(now, source.rev(), source, target, skip) {
             Ok(()) => Ok(true),
             Err(_) => Ok(false),
         }

@@ -49,11 +49,16 @@ pub fn run_verbose(schedule: &Schedule, trace: bool, verbose: bool) -> RunResult
     let (violation, end) = match end {
         End::Violation(v) => (Some(v), "violation".to_string()),
         End::Converged { at_ns } => (None, format!("converged at {} ms", at_ns / 1_000_000)),
+        End::Drained { at_ns, revision } => (
+            None,
+            format!("drained at revision {revision}, {} ms", at_ns / 1_000_000),
+        ),
         End::ExpectedStop { reason } => (None, format!("expected stop: {reason}")),
     };
     let mut coverage = w.coverage.clone();
     coverage.add("checker.deep_checks", w.checker.deep_checks);
     coverage.add("checker.incremental_checks", w.checker.incremental_checks);
+    coverage.add("drift.taken_back", w.checker.drift.taken_back);
     RunResult {
         seed: schedule.options.seed,
         violation,

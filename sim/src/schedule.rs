@@ -78,6 +78,21 @@ pub enum Fault {
     /// Aggressive compactions every `every_ms` for `ms`: drives repeated forced resyncs
     /// (the `ResyncLoopDetected` path).
     CompactStorm { ms: u64, every_ms: u64 },
+    /// Drift: someone overwrites a mirrored target key (picked by `pick`) directly.
+    DriftDivergent { pick: u64 },
+    /// Drift: someone deletes a mirrored target key (picked by `pick`) directly.
+    DriftDelete { pick: u64 },
+    /// Drift: someone creates a target key in the mirrored range that the source never has.
+    DriftOrphan { pick: u64 },
+    /// Another link's fence appears inside this link's target range (overlapping links).
+    SiblingFence,
+    /// The operator asks for a drain (`Control::Drain`, then `mode: Drain` for every
+    /// process started later).
+    DrainNow,
+    /// The operator asks for a reconciliation pass now.
+    ReconcileNow,
+    /// The operator pauses every running agent for `ms`.
+    Pause { ms: u64 },
 }
 
 impl Fault {
@@ -97,8 +112,37 @@ impl Fault {
             Fault::Compact { .. } => "compact",
             Fault::WatchReset => "watch_reset",
             Fault::CompactStorm { .. } => "compact_storm",
+            Fault::DriftDivergent { .. } => "drift_divergent",
+            Fault::DriftDelete { .. } => "drift_delete",
+            Fault::DriftOrphan { .. } => "drift_orphan",
+            Fault::SiblingFence => "sibling_fence",
+            Fault::DrainNow => "drain",
+            Fault::ReconcileNow => "reconcile_now",
+            Fault::Pause { .. } => "pause",
         }
     }
+
+    /// Whether the fault edits the target range behind the mirror's back.
+    pub fn is_drift(&self) -> bool {
+        matches!(
+            self,
+            Fault::DriftDivergent { .. }
+                | Fault::DriftDelete { .. }
+                | Fault::DriftOrphan { .. }
+                | Fault::SiblingFence
+        )
+    }
+
+    /// The kinds drawn by the second swarm (drift and operator controls), for coverage.
+    pub const CONTROL_KINDS: [&'static str; 7] = [
+        "drift_divergent",
+        "drift_delete",
+        "drift_orphan",
+        "sibling_fence",
+        "drain",
+        "reconcile_now",
+        "pause",
+    ];
 
     /// Every fault kind name, for coverage tables.
     pub const KINDS: [&'static str; 13] = [
@@ -178,6 +222,20 @@ pub struct Options {
     pub fault_rates: BTreeMap<String, f64>,
     /// A deliberately broken driver, for teeth tests.
     pub faulty: Option<FaultyMode>,
+    /// Periodic reconciliation for every agent (overrides the config variant's); None keeps
+    /// each variant's own setting.
+    #[serde(default)]
+    pub reconcile: Option<ReconcileOptions>,
+    /// Every agent runs with `mode: Drain` from the start.
+    #[serde(default)]
+    pub drain_from_start: bool,
+}
+
+/// The reconciliation settings of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReconcileOptions {
+    pub interval_ms: u64,
+    pub delete_orphans: bool,
 }
 
 /// A complete, replayable run description.
@@ -264,6 +322,8 @@ impl Schedule {
             progress_notify_ms: [2_000, 10_000, 60_000, 600_000][rng.below(4) as usize],
             fault_rates: BTreeMap::new(),
             faulty: None,
+            reconcile: None,
+            drain_from_start: false,
         };
         // Swarm: each kind enabled with probability 1/2, at a rate of 0.2..4 per minute.
         for kind in Fault::KINDS {
@@ -274,7 +334,19 @@ impl Schedule {
                     .insert(kind.to_string(), (rate * 100.0).round() / 100.0);
             }
         }
-        let faults = draw_faults(&mut rng, &options);
+        let mut faults = draw_faults(&mut rng, &options);
+        // A second swarm with its own stream, so the draws above (and older seeds' shapes)
+        // do not move: reconciliation, drift behind the mirror's back, operator controls.
+        // The reference double implements neither reconciliation nor drain.
+        if replicator == ReplicatorKind::Core {
+            let mut rng2 = Rng::new(seed ^ 0xd21f_7c0d);
+            draw_controls(&mut rng2, &mut options, &mut faults);
+        }
+        faults.sort_by(|a, b| {
+            a.at_ms
+                .cmp(&b.at_ms)
+                .then_with(|| a.fault.kind().cmp(b.fault.kind()))
+        });
         Schedule { options, faults }
     }
 
@@ -373,6 +445,70 @@ fn draw_faults(rng: &mut Rng, o: &Options) -> Vec<TimedFault> {
             .then_with(|| a.fault.kind().cmp(b.fault.kind()))
     });
     out
+}
+
+/// Reconciliation settings, drift faults and operator controls (drain, reconcile now,
+/// pause), swarm-style.
+fn draw_controls(rng: &mut Rng, o: &mut Options, out: &mut Vec<TimedFault>) {
+    if chance(rng, 0.5) {
+        o.reconcile = Some(ReconcileOptions {
+            interval_ms: [2_000, 5_000, 15_000][rng.below(3) as usize],
+            delete_orphans: chance(rng, 0.5),
+        });
+    }
+    let drain = if chance(rng, 0.3) {
+        if chance(rng, 0.2) {
+            o.drain_from_start = true;
+        } else {
+            out.push(TimedFault {
+                at_ms: rng.below(o.safety_ms),
+                fault: Fault::DrainNow,
+            });
+        }
+        true
+    } else {
+        false
+    };
+    let mut kinds: Vec<&str> = vec!["reconcile_now", "pause"];
+    // Drift is only injected where something repairs it: reconciliation or a drain.
+    if o.reconcile.is_some() || drain {
+        kinds.extend(["drift_divergent", "drift_delete", "drift_orphan"]);
+        if chance(rng, 0.1) {
+            out.push(TimedFault {
+                at_ms: rng.below(o.safety_ms),
+                fault: Fault::SiblingFence,
+            });
+        }
+    }
+    for kind in kinds {
+        if !chance(rng, 0.5) {
+            continue;
+        }
+        let rate = 0.5 + rng.unit() * 3.5;
+        o.fault_rates
+            .insert(kind.to_string(), (rate * 100.0).round() / 100.0);
+        let mean_gap_ms = (60_000.0 / rate) as u64;
+        let mut t = rng.below(mean_gap_ms.max(1));
+        while t < o.safety_ms {
+            let fault = match kind {
+                "drift_divergent" => Fault::DriftDivergent {
+                    pick: rng.next_u64(),
+                },
+                "drift_delete" => Fault::DriftDelete {
+                    pick: rng.next_u64(),
+                },
+                "drift_orphan" => Fault::DriftOrphan {
+                    pick: rng.below(1_000),
+                },
+                "reconcile_now" => Fault::ReconcileNow,
+                _ => Fault::Pause {
+                    ms: 100 + rng.below(5_000),
+                },
+            };
+            out.push(TimedFault { at_ms: t, fault });
+            t += 1 + rng.below(2 * mean_gap_ms.max(1));
+        }
+    }
 }
 
 #[cfg(test)]

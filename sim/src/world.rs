@@ -19,8 +19,12 @@ use crate::workload::Workload;
 use std::collections::{BTreeMap, BTreeSet};
 use tidemark_core::classify::{Code, Failure};
 use tidemark_core::config::InitialSyncMode;
+use tidemark_core::config::DEFAULT_CHECKPOINT_SUFFIX;
 use tidemark_core::etcd::{Cluster, Command, Reply, TxnOp, TxnReply, TxnRequest, WatchEvent};
-use tidemark_core::mirror::{ConditionType, FailKind, Input, Output, StopReason};
+use tidemark_core::mirror::checkpoint::VERSION as CHECKPOINT_VERSION;
+use tidemark_core::mirror::{
+    Checkpoint, ConditionType, Control, FailKind, Input, Output, Role, StopReason,
+};
 use tidemark_core::rng::Rng;
 use tidemark_core::Instant;
 
@@ -29,6 +33,10 @@ const SYNC_TICK: u64 = 100 * MS;
 const LIVENESS_TICK: u64 = 1_000 * MS;
 /// Commands one agent may emit at one instant before the run is declared a busy loop.
 const MAX_OUTPUTS_PER_DRIVE: usize = 100_000;
+/// The core's message when a drain verification leaves orphans in place.
+const DRAIN_ORPHANS: &str = "target keys the source does not have";
+/// The core's message when drain verification keeps finding drift.
+const DRAIN_STILL_DRIFT: &str = "drain verification still found drift";
 
 #[derive(Debug, Clone)]
 enum Ev {
@@ -84,6 +92,8 @@ enum HealKind {
     Timeouts(Side),
     NoSpace,
     Latency(Side),
+    /// The operator resumes the paused agents.
+    Resume,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -115,6 +125,11 @@ pub enum End {
     /// Converged after the quiet phase began.
     Converged {
         at_ns: u64,
+    },
+    /// A requested drain completed (and was checked) and the quiet phase began.
+    Drained {
+        at_ns: u64,
+        revision: i64,
     },
     /// Every agent stopped for a reason the scenario expects (e.g. RequireEmpty refusal).
     ExpectedStop {
@@ -152,6 +167,23 @@ pub struct World {
     last_wake: u64,
     /// Print every input and output to stderr (debugging a replay).
     pub verbose: bool,
+    /// When the operator asked for a drain (`DrainNow`).
+    drain_requested_at: Option<u64>,
+    /// The drained revision of the first completed drain.
+    pub drained: Option<i64>,
+    /// The start of the verification pass the cut-over rests on (drift injected later
+    /// may legitimately be missed by it).
+    flip_since: u64,
+    /// The last fault, heal or agent start/stop: a pass counted only if none happened
+    /// while it ran (and the source was idle) must report exactly the injected drift.
+    last_disturb_ns: u64,
+    /// The last drift injection.
+    last_drift_ns: Option<u64>,
+    /// (time, target revision) after every target change, to read the target as of a
+    /// pass start.
+    target_revs: Vec<(u64, i64)>,
+    /// A pause was ever requested.
+    paused_any: bool,
 }
 
 fn side_of(c: Cluster) -> Side {
@@ -208,6 +240,13 @@ impl World {
             spins: 0,
             last_wake: u64::MAX,
             verbose: false,
+            drain_requested_at: None,
+            drained: None,
+            flip_since: 0,
+            last_disturb_ns: 0,
+            last_drift_ns: None,
+            target_revs: Vec::new(),
+            paused_any: false,
             opts: o,
         };
         let mut out = Vec::new();
@@ -446,12 +485,16 @@ impl World {
             }
             Ev::Fault(i) => {
                 if !self.quiet {
+                    self.last_disturb_ns = self.now;
                     let f = self.faults[i].fault.clone();
                     self.coverage.mark(&format!("fault.{}", f.kind()));
                     self.apply_fault(f);
                 }
             }
-            Ev::Heal(h) => self.heal(h),
+            Ev::Heal(h) => {
+                self.last_disturb_ns = self.now;
+                self.heal(h)
+            }
             Ev::Storm { left_ms, every_ms } => {
                 if !self.quiet {
                     self.apply_fault(Fault::CompactStorm {
@@ -477,6 +520,7 @@ impl World {
             HealKind::Timeouts(s) => self.net[ni(s)].timeouts_until = 0,
             HealKind::NoSpace => self.target.cond.no_space_alarm = false,
             HealKind::Latency(s) => self.net[ni(s)].slow_until = 0,
+            HealKind::Resume => self.control_all(Control::Resume),
         }
     }
 
@@ -584,6 +628,65 @@ impl World {
                     );
                 }
             }
+            Fault::DriftDivergent { pick } => self.drift_existing(pick, false),
+            Fault::DriftDelete { pick } => self.drift_existing(pick, true),
+            Fault::DriftOrphan { pick } => {
+                if !self.drift_allowed() {
+                    return self.coverage.mark("drift.skipped");
+                }
+                let mut k = self.checker.oracle.target_base.clone();
+                k.extend_from_slice(format!("zz-orphan/{pick:03}").as_bytes());
+                self.drift_put(k, format!("orphan-{pick}").into_bytes(), true);
+            }
+            Fault::SiblingFence => {
+                if !self.drift_allowed() || self.checker.drift.sibling.is_some() {
+                    return self.coverage.mark("drift.skipped");
+                }
+                let mut k = self.checker.oracle.target_base.clone();
+                k.extend_from_slice(b"sib/");
+                k.extend_from_slice(DEFAULT_CHECKPOINT_SUFFIX.as_bytes());
+                let value = Checkpoint {
+                    v: CHECKPOINT_VERSION,
+                    link: "sibling-link".into(),
+                    epoch: 1,
+                    holder: "5151515151515151aaaaaaaaaaaaaaaa".into(),
+                    role: Role::Mirror,
+                    watermark: 1,
+                    split: None,
+                    scan: None,
+                    prune_pending: false,
+                    prune_floor: 0,
+                    source_cluster: "sibling-source".into(),
+                    target_cluster: "sibling-target".into(),
+                }
+                .encode();
+                let mut out = Vec::new();
+                self.target.write(
+                    &[Mutation::Put {
+                        key: k.clone(),
+                        value,
+                        lease: 0,
+                    }],
+                    &mut out,
+                );
+                self.route(out);
+                self.target_revs.push((now, self.target.store.rev()));
+                self.checker.drift.sibling = Some((k, now));
+                self.last_drift_ns = Some(now);
+                self.coverage.mark("drift.sibling_fence");
+            }
+            Fault::DrainNow => {
+                if self.drain_requested_at.is_none() {
+                    self.drain_requested_at = Some(now);
+                }
+                self.control_all(Control::Drain);
+            }
+            Fault::ReconcileNow => self.control_all(Control::Reconcile),
+            Fault::Pause { ms } => {
+                self.paused_any = true;
+                self.control_all(Control::Pause);
+                self.push(now + ms * MS, Ev::Heal(HealKind::Resume));
+            }
             Fault::WatchReset => {
                 let failure = fail(
                     Code::Unavailable,
@@ -596,6 +699,89 @@ impl World {
         }
     }
 
+    /// Whether drift may be injected now: the initial sync is done (drift into a target
+    /// being copied is what `initialSync.mode` is about) and no cut-over happened.
+    fn drift_allowed(&self) -> bool {
+        self.checker.primary_at.is_none()
+            && self
+                .checker
+                .fence
+                .as_ref()
+                .is_some_and(|f| f.settled() && f.watermark > 0)
+    }
+
+    /// Overwrites (or deletes) one mirrored target key behind the mirror's back.
+    fn drift_existing(&mut self, pick: u64, delete: bool) {
+        if !self.drift_allowed() {
+            return self.coverage.mark("drift.skipped");
+        }
+        let (base, end) = self.checker.oracle.target_range();
+        let keys: Vec<Vec<u8>> = self
+            .target
+            .store
+            .range_at(&base, &end, self.target.store.rev())
+            .into_iter()
+            .map(|kv| kv.key.clone())
+            .filter(|k| {
+                *k != self.checker.oracle.fence_key
+                    && !self.checker.drift.orphans.contains(k)
+                    && !self.checker.drift.skipped(k)
+            })
+            .collect();
+        if keys.is_empty() {
+            return self.coverage.mark("drift.skipped");
+        }
+        let k = keys[(pick % keys.len() as u64) as usize].clone();
+        if delete {
+            let mut out = Vec::new();
+            self.target.write(
+                &[Mutation::DeleteRange {
+                    key: k.clone(),
+                    end: Vec::new(),
+                }],
+                &mut out,
+            );
+            self.route(out);
+            self.target_revs.push((self.now, self.target.store.rev()));
+            self.checker.drift_write(&k, self.now, false);
+            self.last_drift_ns = Some(self.now);
+            self.coverage.mark("drift.injected");
+        } else {
+            self.drift_put(k, format!("drift-{}", pick % 1000).into_bytes(), false);
+        }
+    }
+
+    fn drift_put(&mut self, key: Vec<u8>, value: Vec<u8>, orphan: bool) {
+        let mut out = Vec::new();
+        self.target.write(
+            &[Mutation::Put {
+                key: key.clone(),
+                value,
+                lease: 0,
+            }],
+            &mut out,
+        );
+        self.route(out);
+        self.target_revs.push((self.now, self.target.store.rev()));
+        self.checker.drift_write(&key, self.now, orphan);
+        self.last_drift_ns = Some(self.now);
+        self.coverage.mark("drift.injected");
+    }
+
+    /// An operator request to every running agent.
+    fn control_all(&mut self, c: Control) {
+        for a in 0..self.agents.len() as u32 {
+            if self.agents[a as usize].alive() {
+                self.deliver(a, Input::Control(c));
+            }
+        }
+    }
+
+    /// Whether the operator asked for a drain (now or by config).
+    fn drain_requested(&self) -> bool {
+        self.drain_requested_at.is_some() || self.opts.drain_from_start
+    }
+
     fn begin_quiet(&mut self) {
         self.quiet = true;
         for s in [Side::Source, Side::Target] {
@@ -606,6 +792,10 @@ impl World {
         }
         if self.faulty.held.is_some() {
             self.release_held();
+        }
+        // Paused agents are resumed: the operator does not leave a link paused forever.
+        if self.paused_any {
+            self.control_all(Control::Resume);
         }
         // A supervisor keeps one agent running: restart agent 0 if nothing runs or is due.
         let running = self
@@ -644,10 +834,41 @@ impl World {
             && self.opts.junk_keys > 0
             && self.opts.initial_mode == InitialSyncMode::RequireEmpty
         {
-            Some("RequireEmpty refused a non-empty target".into())
-        } else {
-            None
+            return Some("RequireEmpty refused a non-empty target".into());
         }
+        let stopped_with = |kind: FailKind| {
+            self.agents.iter().any(
+                |a| matches!(&a.stopped, Some(StopReason::Failed { kind: k, .. }) if *k == kind),
+            )
+        };
+        if all_stopped && stopped_with(FailKind::PrefixConflict) && self.sibling_present() {
+            return Some("PrefixConflict: another link's fence in the target range".into());
+        }
+        let refused_orphans = self.agents.iter().any(|a| {
+            matches!(&a.stopped, Some(StopReason::Failed { kind: FailKind::Permanent, message }) if message.contains(DRAIN_ORPHANS))
+        });
+        if all_stopped && refused_orphans && self.live_orphans() {
+            return Some("drain refused: orphans and no deleteOrphans".into());
+        }
+        None
+    }
+
+    /// Whether another link's fence is in the target range now.
+    fn sibling_present(&self) -> bool {
+        self.checker
+            .drift
+            .sibling
+            .as_ref()
+            .is_some_and(|(k, _)| self.target.store.get(k).is_some())
+    }
+
+    /// Whether injected orphans are still in the target.
+    fn live_orphans(&self) -> bool {
+        self.checker
+            .drift
+            .orphans
+            .iter()
+            .any(|k| self.target.store.get(k).is_some())
     }
 
     fn check_liveness(&mut self) {
@@ -655,13 +876,31 @@ impl World {
             self.end = Some(End::ExpectedStop { reason });
             return;
         }
-        match self
-            .checker
-            .converged(self.now, &self.source.store, &self.target.store)
-        {
-            Ok(true) => self.end = Some(End::Converged { at_ns: self.now }),
-            Ok(false) => {}
-            Err(v) => self.violate(v),
+        if self.drain_requested() {
+            // A requested drain must complete; a converged mirror is not enough.
+            if let Some(revision) = self.drained {
+                self.end = Some(End::Drained {
+                    at_ns: self.now,
+                    revision,
+                });
+            }
+        } else {
+            // Drift is repaired only by a reconciling agent, orphans only with deleteOrphans
+            // (agent 0 is the one the supervisor keeps running).
+            let rc = self.agents.first().map(|a| a.config.reconciliation.clone());
+            let keep_drift = !rc.as_ref().is_some_and(|r| r.enabled);
+            let keep_orphans = !rc.as_ref().is_some_and(|r| r.enabled && r.delete_orphans);
+            match self.checker.converged(
+                self.now,
+                &self.source.store,
+                &self.target.store,
+                keep_orphans,
+                keep_drift,
+            ) {
+                Ok(true) => self.end = Some(End::Converged { at_ns: self.now }),
+                Ok(false) => {}
+                Err(v) => self.violate(v),
+            }
         }
         // A supervisor restarts a stopped process (Kubernetes would), with a delay.
         if self.end.is_none()
@@ -751,12 +990,15 @@ impl World {
                 retire_at: None,
                 in_flight: BTreeSet::new(),
                 raised: BTreeSet::new(),
+                passes_seen: 0,
+                last_pass_start: None,
             });
         }
         if self.agents[agent as usize].stopped.is_some() {
             // A stopped process is restarted as a new incarnation.
             self.crash(agent);
         }
+        self.last_disturb_ns = self.now;
         if self.agents[agent as usize].replicator.is_some() {
             // Already running (a supervisor restart raced a fault restart).
             self.agents[agent as usize].restart_at = None;
@@ -777,9 +1019,16 @@ impl World {
                 a.restart_at = None;
                 a.holder.clear();
                 a.raised.clear();
+                a.passes_seen = 0;
+                a.last_pass_start = None;
                 self.trace.record(self.now, agent, "start", &seed);
                 self.coverage.mark("agent.start");
-                self.drive(agent);
+                if self.drain_requested_at.is_some() {
+                    // The operator's drain request stands for every later process.
+                    self.deliver(agent, Input::Control(Control::Drain));
+                } else {
+                    self.drive(agent);
+                }
             }
             Err(e) => {
                 self.build_error = Some(e.clone());
@@ -838,10 +1087,12 @@ impl World {
                     let gen = a.wake_gen;
                     self.push(t.0.max(self.now), Ev::Wake { agent, gen });
                     self.sample_conditions(agent);
+                    self.observe_passes(agent);
                     return;
                 }
                 Output::Stopped(reason) => {
                     self.sample_conditions(agent);
+                    self.observe_passes(agent);
                     self.on_stopped(agent, reason);
                     return;
                 }
@@ -883,6 +1134,72 @@ impl World {
         }
     }
 
+    /// Counts finished reconciliation passes and checks invariant (c): a pinned pass that
+    /// ran with nothing else going on (no fault, heal, drift or agent start, one agent,
+    /// the source idle since the watermark) reports exactly the drift in the target.
+    fn observe_passes(&mut self, agent: u32) {
+        let a = &self.agents[agent as usize];
+        let Some(st) = a.replicator.as_ref().map(|r| r.status()) else {
+            return;
+        };
+        if st.reconcile_passes <= a.passes_seen {
+            return;
+        }
+        let passes = st.reconcile_passes - a.passes_seen;
+        let counts = st.last_drift.unwrap_or_default();
+        let dur_ns = (st.last_pass_duration_seconds * 1e9).round() as u64;
+        let start = self.now.saturating_sub(dur_ns);
+        let pinned_at = st
+            .conditions
+            .get(&ConditionType::DriftDetected)
+            .and_then(|c| parse_pinned(&c.message));
+        let a = &mut self.agents[agent as usize];
+        a.passes_seen += passes;
+        a.last_pass_start = Some(start);
+        self.coverage.add("reconcile.passes", passes);
+        self.coverage.add("reconcile.drift.missing", counts.missing);
+        self.coverage
+            .add("reconcile.drift.divergent", counts.divergent);
+        self.coverage.add("reconcile.drift.orphan", counts.orphan);
+        self.coverage.add("reconcile.repaired", counts.repaired);
+        let Some((w, true)) = pinned_at else {
+            return self.coverage.mark("reconcile.unpinned");
+        };
+        let alone = self.agents.iter().filter(|a| a.alive()).count() == 1;
+        let idle = self.checker.last_in_scope(&self.source.store) <= w;
+        if passes != 1
+            || !alone
+            || !idle
+            || self.last_disturb_ns >= start
+            || self.opts.faulty.is_some()
+        {
+            return;
+        }
+        let rev = self
+            .target_revs
+            .iter()
+            .rev()
+            .find(|(t, _)| *t <= start)
+            .map_or(0, |(_, r)| *r);
+        let (missing, divergent, orphan) =
+            self.checker
+                .expected_drift(w, &self.source.store, &self.target.store, rev);
+        self.coverage.mark("reconcile.drift_checked");
+        if missing + divergent + orphan > 0 {
+            self.coverage.mark("reconcile.drift_checked_nonzero");
+        }
+        if (counts.missing, counts.divergent, counts.orphan) != (missing, divergent, orphan) {
+            self.violate(Violation {
+                invariant: "c-drift-count".into(),
+                at_ns: self.now,
+                detail: format!(
+                    "agent {agent}: a pass pinned at {w} on an idle source reported missing {}, divergent {}, orphan {}; the injected drift is missing {missing}, divergent {divergent}, orphan {orphan}",
+                    counts.missing, counts.divergent, counts.orphan
+                ),
+            });
+        }
+    }
+
     fn on_stopped(&mut self, agent: u32, reason: StopReason) {
         self.harvest(agent);
         let a = &mut self.agents[agent as usize];
@@ -918,6 +1235,54 @@ impl World {
                 }
             }
             StopReason::Failed {
+                kind: FailKind::PrefixConflict,
+                message,
+            } if self.sibling_present() => {
+                self.coverage.mark("drift.prefix_conflict_stop");
+                let _ = message;
+            }
+            StopReason::Failed {
+                kind: FailKind::Permanent,
+                message,
+            } if message.contains(DRAIN_ORPHANS) => {
+                let delete = self.agents[agent as usize]
+                    .config
+                    .reconciliation
+                    .delete_orphans;
+                if delete || !self.live_orphans() {
+                    self.violate(Violation {
+                        invariant: "unexpected-stop".into(),
+                        at_ns: self.now,
+                        detail: format!(
+                            "agent {agent} (deleteOrphans {delete}, injected orphans present {}) refused the drain: {message}",
+                            self.live_orphans()
+                        ),
+                    });
+                } else {
+                    self.coverage.mark("drain.refused_orphans");
+                }
+            }
+            StopReason::Failed {
+                kind: FailKind::Permanent,
+                message,
+            } if message.contains(DRAIN_STILL_DRIFT) => {
+                let drift_since_drain = match (self.last_drift_ns, self.drain_start()) {
+                    (Some(d), Some(r)) => d >= r,
+                    _ => false,
+                };
+                if drift_since_drain {
+                    self.coverage.mark("drain.gave_up_on_drift");
+                } else {
+                    self.violate(Violation {
+                        invariant: "unexpected-stop".into(),
+                        at_ns: self.now,
+                        detail: format!(
+                            "agent {agent}: {message} (no drift was injected during the drain)"
+                        ),
+                    });
+                }
+            }
+            StopReason::Failed {
                 kind: FailKind::EmptyTargetViolation,
                 message,
             } => {
@@ -941,7 +1306,84 @@ impl World {
                     kind.name()
                 ),
             }),
-            StopReason::Drained | StopReason::Shutdown => {}
+            StopReason::Drained => self.on_drained(agent),
+            StopReason::Shutdown => {}
+        }
+    }
+
+    /// When the current drain began (the request, or the start for `mode: Drain`).
+    fn drain_start(&self) -> Option<u64> {
+        if self.opts.drain_from_start {
+            Some(0)
+        } else {
+            self.drain_requested_at
+        }
+    }
+
+    /// A drain completed: the cut-over must rest on an exact copy (invariant (a) of the
+    /// drain): the fence is Primary at the drained revision and the target equals
+    /// `rewrite(source@drained)`, except drift injected after the verification began.
+    fn on_drained(&mut self, agent: u32) {
+        self.coverage.mark("drain.completed");
+        let Some(cut) = self.agents[agent as usize]
+            .replicator
+            .as_ref()
+            .and_then(|r| r.status().cutover.clone())
+        else {
+            return self.violate(Violation {
+                invariant: "a-drain".into(),
+                at_ns: self.now,
+                detail: format!("agent {agent} stopped Drained without a cut-over record"),
+            });
+        };
+        let d = cut.drained_revision;
+        if let Some(first) = self.drained {
+            if first != d {
+                self.violate(Violation {
+                    invariant: "a-drain".into(),
+                    at_ns: self.now,
+                    detail: format!(
+                        "agent {agent} reports drained revision {d}, the cut-over was at {first}"
+                    ),
+                });
+            }
+            return;
+        }
+        self.drained = Some(d);
+        let fence = self.checker.fence.clone();
+        let ok_fence = self.checker.primary_at.is_some()
+            && fence
+                .as_ref()
+                .is_some_and(|f| f.role == "Primary" && f.watermark == d && f.settled());
+        if !ok_fence {
+            return self.violate(Violation {
+                invariant: "a-drain".into(),
+                at_ns: self.now,
+                detail: format!("agent {agent} stopped Drained at {d} but the fence is {fence:?}"),
+            });
+        }
+        let since = self.flip_since;
+        if let Some((k, t)) = self.checker.drift.sibling.clone() {
+            if t < since && self.target.store.get(&k).is_some() {
+                return self.violate(Violation {
+                    invariant: "a-drain".into(),
+                    at_ns: self.now,
+                    detail: "cut over although another link's fence was in the target range before the verification".into(),
+                });
+            }
+        }
+        let drift = self.checker.drift.clone();
+        let late = |k: &[u8]| {
+            drift.keys.get(k).is_some_and(|t| *t >= since)
+                || drift.sibling.as_ref().is_some_and(|(s, _)| s == k)
+        };
+        if let Err(mut v) =
+            self.checker
+                .check_equal_with(self.now, d, &self.source.store, &self.target.store, late)
+        {
+            v.invariant = "a-drain".into();
+            v.detail = format!("cut-over at {d}: {}", v.detail);
+            self.violate(v);
         }
     }
 
@@ -1133,11 +1575,14 @@ impl World {
         }
         if self.target.store.rev() != before {
             let ops = if r.succeeded { &t.success } else { &t.failure };
+            let cfg = &self.agents[agent as usize].config;
             let who = Issuer {
                 agent,
                 incarnation: inc,
-                mode: self.agents[agent as usize].config.initial_sync.mode,
+                mode: cfg.initial_sync.mode,
+                delete_orphans: cfg.reconciliation.delete_orphans,
             };
+            let was_primary = self.checker.primary_at.is_some();
             if r.succeeded {
                 self.faulty.last_commit.insert(agent, (inc, t.clone()));
             }
@@ -1146,6 +1591,11 @@ impl World {
                     .on_commit(self.now, &who, ops, &self.source.store, &self.target.store)
             {
                 self.violate(v);
+            }
+            self.target_revs.push((self.now, self.target.store.rev()));
+            if !was_primary && self.checker.primary_at.is_some() {
+                self.flip_since = self.agents[agent as usize].last_pass_start.unwrap_or(0);
+                self.coverage.mark("drain.flipped_primary");
             }
             self.after_commit();
         }
@@ -1301,6 +1751,15 @@ impl World {
             );
         }
     }
+}
+
+/// The pinned revision and flag from the DriftDetected message:
+/// `... (pinned at {at}: {pinned})`.
+fn parse_pinned(message: &str) -> Option<(i64, bool)> {
+    let rest = message.rsplit_once("(pinned at ")?.1;
+    let (at, pinned) = rest.split_once(": ")?;
+    let pinned = pinned.trim_end_matches(')');
+    Some((at.parse().ok()?, pinned == "true"))
 }
 
 fn side_name(s: Side) -> &'static str {

@@ -324,6 +324,8 @@ impl Batch {
         self.coverage.merge(&r.coverage);
         let end = if r.end.starts_with("converged") {
             "converged".to_string()
+        } else if r.end.starts_with("drained") {
+            "drained".to_string()
         } else {
             r.end.clone()
         };
@@ -356,7 +358,7 @@ impl Batch {
             println!("violation {k}: {n}");
         }
         println!("coverage marks:");
-        for kind in Fault::KINDS {
+        for kind in Fault::KINDS.iter().chain(Fault::CONTROL_KINDS.iter()) {
             let n = self.coverage.get(&format!("fault.{kind}"));
             println!(
                 "  fault.{kind:<28} {n}{}",

@@ -1,7 +1,8 @@
 //! Drain and cut-over.
 //!
 //! The drain target is the source header revision when progress notifications are trusted,
-//! and otherwise the highest mod revision in scope. Once the watermark reaches it, a full
+//! and otherwise the highest mod revision in scope (one read per scan window, so a write
+//! under an excluded prefix, which the watermark never covers, is not a target). Once the watermark reaches it, a full
 //! pinned diff-and-repair pass verifies the target. A round that had to repair anything is
 //! followed by another round, so the cut-over is always backed by a clean pass. Then the fence
 //! flips to `Primary`, which makes every later mirror write fail its compare, and the agent
@@ -18,6 +19,10 @@ pub(super) struct DrainState {
     /// None until the target read returns.
     pub(super) target: Option<i64>,
     pub(super) reading: bool,
+    /// Untrusted progress: the next source window to read, and the highest mod revision
+    /// seen in the windows read so far.
+    pub(super) window: usize,
+    pub(super) max_mod: i64,
     pub(super) counts: Counts,
     pub(super) leased: u64,
     pub(super) verified_at: Option<Instant>,
@@ -34,6 +39,8 @@ impl Mirror {
             self.drain = Some(DrainState {
                 target: None,
                 reading: false,
+                window: 0,
+                max_mod: 0,
                 counts: Counts::default(),
                 leased: 0,
                 verified_at: None,
@@ -72,10 +79,23 @@ impl Mirror {
 
     pub(super) fn drain_target_cmd(&self) -> Command {
         if self.progress_trusted {
-            self.r0_cmd()
-        } else {
-            self.max_mod_cmd()
+            return self.r0_cmd();
         }
+        let i = self.drain.as_ref().map_or(0, |d| d.window);
+        let windows = self.keys.source_windows();
+        let Some(w) = windows.get(i) else {
+            return self.max_mod_cmd();
+        };
+        Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key: w.start.clone(),
+            range_end: w.end.clone(),
+            revision: 0,
+            limit: 1,
+            count_only: false,
+            keys_only: true,
+            sort: SortBy::ModRevisionDescending,
+        })
     }
 
     fn read_drain_target(&mut self) {
@@ -91,7 +111,16 @@ impl Mirror {
         let target = if self.progress_trusted {
             r.header_revision
         } else {
-            r.kvs.first().map_or(0, |kv| kv.mod_revision)
+            let windows = self.keys.source_windows().len();
+            let Some(d) = &mut self.drain else { return };
+            d.max_mod = d.max_mod.max(r.kvs.first().map_or(0, |kv| kv.mod_revision));
+            d.window += 1;
+            if d.window < windows {
+                let cmd = self.drain_target_cmd();
+                self.issue(Job::DrainTarget, cmd);
+                return;
+            }
+            d.max_mod
         };
         if let Some(d) = &mut self.drain {
             d.reading = false;
@@ -109,6 +138,18 @@ impl Mirror {
         pinned: bool,
     ) {
         let drift = counts.missing + counts.divergent + counts.orphan;
+        if !pinned {
+            // The watermark was compacted, so the round compared against the latest source:
+            // a delete still in flight looks like an orphan and nothing is proven. Read the
+            // drain target again and verify once the watermark reaches it.
+            if let Some(d) = &mut self.drain {
+                d.target = None;
+                d.reading = false;
+                d.window = 0;
+                d.max_mod = 0;
+            }
+            return;
+        }
         if orphans_left > 0 {
             return self.fail(
                 now,
