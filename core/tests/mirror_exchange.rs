@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use support::*;
 use tidemark_core::classify::{Failure, PermanentKind};
-use tidemark_core::config::{InitialSyncMode, MirrorConfig};
+use tidemark_core::config::InitialSyncMode;
 use tidemark_core::etcd::{
     Cluster, Command, CompareTarget, Event, RangeReply, Reply, TxnOp, TxnReply, WatchEvent,
 };
 use tidemark_core::mirror::{
-    Checkpoint, ConditionType, Control, FailKind, Input, Output, Phase, Role, StopReason,
+    Checkpoint, ConditionType, Control, FailKind, Input, Output, Phase, StopReason,
 };
 
 #[test]
@@ -523,18 +523,8 @@ fn split_resumes_exactly_after_restart() {
     answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     let found = Checkpoint {
-        v: 1,
-        link: MirrorConfig::new("/app/", "/mirror/").link_id(),
-        epoch: 4,
-        holder: "0123456789abcdef0123456789abcdef".into(),
-        role: Role::Mirror,
-        watermark: 100,
         split: Some(tidemark_core::mirror::checkpoint::Split { rev: 101, done: 3 }),
-        scan: None,
-        prune_pending: false,
-        prune_floor: 0,
-        source_cluster: "1".into(),
-        target_cluster: "2".into(),
+        ..found_record(4, 100)
     };
     h.done(
         id,
@@ -783,13 +773,6 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
     answer_probes(&mut h, ("3.5.13", 1, 300), ("3.5.13", 2, 50));
     let (id, _) = one(h.drain());
     let found = Checkpoint {
-        v: 1,
-        link: MirrorConfig::new("/app/", "/mirror/").link_id(),
-        epoch: 2,
-        holder: "0123456789abcdef0123456789abcdef".into(),
-        role: Role::Mirror,
-        watermark: 0,
-        split: None,
         scan: Some(tidemark_core::mirror::checkpoint::Scan {
             base: 200,
             cursor: b"/app/m\0".to_vec(),
@@ -798,10 +781,7 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
             smax: None,
             base_count: None,
         }),
-        prune_pending: false,
-        prune_floor: 0,
-        source_cluster: "1".into(),
-        target_cluster: "2".into(),
+        ..found_record(2, 0)
     };
     h.done(
         id,

@@ -9,12 +9,12 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use tidemark_core::config::{InitialSyncMode, MirrorConfig};
+use tidemark_core::config::InitialSyncMode;
 use tidemark_core::etcd::{
     Cluster, Command, KeyValue, RangeReply, Reply, SortBy, TxnOp, WatchEvent,
 };
 use tidemark_core::mirror::checkpoint::Scan;
-use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, Control, Role};
+use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, Control};
 
 fn count_reply(rev: i64, count: i64) -> Reply {
     Reply::Range(RangeReply {
@@ -226,13 +226,6 @@ fn resumed_untrusted_genesis_proves_quiet_only_with_durable_smax_and_count() {
         answer_probes(&mut h, ("3.5.9", 1, 300), ("3.5.9", 2, 50));
         let (id, _) = one(h.drain());
         let found = Checkpoint {
-            v: 1,
-            link: MirrorConfig::new("/app/", "/mirror/").link_id(),
-            epoch: 2,
-            holder: "0123456789abcdef0123456789abcdef".into(),
-            role: Role::Mirror,
-            watermark: 0,
-            split: None,
             scan: Some(Scan {
                 base: 200,
                 cursor: vec![],
@@ -241,10 +234,7 @@ fn resumed_untrusted_genesis_proves_quiet_only_with_durable_smax_and_count() {
                 smax,
                 base_count,
             }),
-            prune_pending: false,
-            prune_floor: 0,
-            source_cluster: "1".into(),
-            target_cluster: "2".into(),
+            ..found_record(2, 0)
         };
         h.done(
             id,
@@ -344,27 +334,10 @@ fn prune_sweep_ignores_keys_outside_the_window_it_asked_for() {
         Ok(range(100, vec![kv(b"/app/a", b"1", 50)], false)),
     );
     // Scan chunks until the sweep's first page read of the target.
-    let mut rev = 12;
-    let sweep = loop {
-        let cmds = h.drain();
-        assert!(!cmds.is_empty());
-        let mut found = None;
-        for (id, cmd) in cmds {
-            match &cmd {
-                Command::Range(r) if r.keys_only => found = Some((id, r.clone())),
-                Command::Range(_) => h.done(id, Ok(range(100, vec![], false))),
-                Command::Txn(_) => {
-                    h.done(id, Ok(txn_ok(rev)));
-                    rev += 1;
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        if let Some(f) = found {
-            break f;
-        }
+    let (id, cmd, rev) = until_sweep_read(&mut h, 12);
+    let Command::Range(r) = cmd else {
+        unreachable!("until_sweep_read returns a Range")
     };
-    let (id, r) = sweep;
     assert_eq!(r.key, b"/mirror/".to_vec());
     // Honest keys are inside [/mirror/, /mirror0); this reply also lists three outside.
     let stale = |k: &[u8]| kv(k, b"", 3);
@@ -410,26 +383,7 @@ fn a_failed_sweep_read_is_retried_once_not_duplicated() {
     let cmds = h.drain();
     h.done(cmds[0].0, Ok(Reply::WatchStarted));
     h.done(cmds[1].0, Ok(range(100, vec![], false)));
-    let mut rev = 12;
-    let (id, first) = loop {
-        let cmds = h.drain();
-        assert!(!cmds.is_empty());
-        let mut found = None;
-        for (id, cmd) in cmds {
-            match &cmd {
-                Command::Range(r) if r.keys_only => found = Some((id, cmd.clone())),
-                Command::Range(_) => h.done(id, Ok(range(100, vec![], false))),
-                Command::Txn(_) => {
-                    h.done(id, Ok(txn_ok(rev)));
-                    rev += 1;
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        if let Some(f) = found {
-            break f;
-        }
-    };
+    let (id, first, _) = until_sweep_read(&mut h, 12);
     h.done(
         id,
         Err(tidemark_core::classify::Failure::Transient {
@@ -494,4 +448,29 @@ fn reconcile_pass_ignores_keys_outside_the_window_it_asked_for() {
             range_end: vec![]
         }]
     );
+}
+
+/// Answers genesis (empty scan pages, Txns landing from revision `rev`) until the prune
+/// sweep issues its first keys-only page read of the target; returns that read and the next
+/// revision a Txn would land at.
+fn until_sweep_read(h: &mut Harness, mut rev: i64) -> (CommandId, Command, i64) {
+    loop {
+        let cmds = h.drain();
+        assert!(!cmds.is_empty(), "the machine went quiet before the sweep");
+        let mut found = None;
+        for (id, cmd) in cmds {
+            match &cmd {
+                Command::Range(r) if r.keys_only => found = Some((id, cmd.clone())),
+                Command::Range(_) => h.done(id, Ok(range(100, vec![], false))),
+                Command::Txn(_) => {
+                    h.done(id, Ok(txn_ok(rev)));
+                    rev += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if let Some((id, cmd)) = found {
+            return (id, cmd, rev);
+        }
+    }
 }

@@ -371,3 +371,23 @@ pub fn answer_probes(h: &mut Harness, src: (&str, u64, i64), tgt: (&str, u64, i6
     h.done(cmds[0].0, Ok(status(src.0, src.1, src.2)));
     h.done(cmds[1].0, Ok(status(tgt.0, tgt.1, tgt.2)));
 }
+
+/// A record another incarnation of the `/app/` -> `/mirror/` link left behind (a foreign
+/// holder at `epoch`, watermark `watermark`, clusters "1" and "2"); tests set `split`/`scan`
+/// on top of it.
+pub fn found_record(epoch: u64, watermark: i64) -> Checkpoint {
+    Checkpoint {
+        v: 1,
+        link: MirrorConfig::new("/app/", "/mirror/").link_id(),
+        epoch,
+        holder: "0123456789abcdef0123456789abcdef".into(),
+        role: Role::Mirror,
+        watermark,
+        split: None,
+        scan: None,
+        prune_pending: false,
+        prune_floor: 0,
+        source_cluster: "1".into(),
+        target_cluster: "2".into(),
+    }
+}
