@@ -483,6 +483,72 @@ fn nospace_parks_cancels_the_watch_and_resumes_from_the_watermark() {
     assert_eq!(wr.start_revision, 101);
 }
 
+/// Found by the real-etcd NOSPACE test under CI load: a commit timed out, the fence read
+/// said it had not applied, the retry hit NOSPACE, and the server then applied the timed-out
+/// Txn after all. The quota probe's compare failed on our own record, which the agent took
+/// for another holder's, and it stopped. Its own record must be adopted instead.
+#[test]
+fn own_write_applied_after_it_was_written_off_is_adopted() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 17);
+    let w = cold_start(&mut h, "3.5.13");
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/c", b"3", 101)],
+        },
+    );
+    let (id, first) = one(h.drain());
+    h.done(
+        id,
+        Err(Failure::Unknown {
+            message: "deadline".into(),
+        }),
+    );
+    let (id, _) = one(h.drain());
+    let mut old = fence_of(&first);
+    old.watermark = 100;
+    h.done(id, Ok(range(13, vec![kv(FENCE, &old.encode(), 13)], false)));
+    h.advance(Duration::from_secs(2));
+    let (id, again) = one(h.drain());
+    assert_eq!(again, first);
+    h.done(id, Err(Failure::NoSpace));
+    let cmds = h.drain();
+    assert_eq!(
+        cmds.iter().map(|c| c.1.clone()).collect::<Vec<_>>(),
+        vec![Command::CancelWatch { watch_id: w }]
+    );
+    h.advance(Duration::from_secs(61));
+    let (id, probe) = one(h.drain());
+    assert_eq!(fence_of(&probe).watermark, 100);
+    // Meanwhile the first Txn was applied, at revision 20.
+    h.done(
+        id,
+        Ok(Reply::Txn(TxnReply {
+            succeeded: false,
+            header_revision: 20,
+            reads: vec![Some(kv(FENCE, &fence_of(&first).encode(), 20))],
+        })),
+    );
+    assert_eq!(h.stopped(), None, "our own record is not another holder's");
+    assert_eq!(h.m.status().last_applied_revision, 101);
+    assert_eq!(h.m.status().own_late_writes_adopted, 1);
+    assert!(h.m.status().condition(ConditionType::TargetQuotaExhausted));
+    // Still parked: the next probe writes the adopted record, compared at its revision.
+    assert!(h.drain().is_empty());
+    h.advance(Duration::from_secs(61));
+    let (id, probe) = one(h.drain());
+    assert_eq!(fence_of(&probe).watermark, 101);
+    assert_eq!(compare_of(&probe), (CompareTarget::ModRevision, 20));
+    h.done(id, Ok(txn_ok(21)));
+    // Resumes after the adopted watermark: revision 101 is not applied twice.
+    let (_, cmd) = one(h.drain());
+    let Command::Watch(wr) = cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(wr.start_revision, 102);
+}
+
 #[test]
 fn oversized_revision_is_split_with_progress_in_the_checkpoint() {
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 16);

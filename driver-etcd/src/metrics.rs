@@ -25,6 +25,7 @@ pub struct MirrorMetrics {
     pruned_keys: Counter,
     forced_resyncs: Counter,
     scan_restarts: Counter,
+    late_writes_adopted: Counter,
     split_revisions: Counter,
     initial_sync_copied: Gauge,
     initial_sync_total: Gauge,
@@ -116,6 +117,11 @@ impl MirrorMetrics {
             self.scan_restarts.clone(),
         );
         r.register(
+            "own_late_writes_adopted",
+            "Own timed-out target Txns found applied late and adopted",
+            self.late_writes_adopted.clone(),
+        );
+        r.register(
             "split_revisions",
             "Source revisions split across several target Txns",
             self.split_revisions.clone(),
@@ -201,6 +207,7 @@ impl MirrorMetrics {
         delta(&self.pruned_keys, s.pruned_keys);
         delta(&self.forced_resyncs, s.forced_resync_count);
         delta(&self.scan_restarts, s.scan_restart_count);
+        delta(&self.late_writes_adopted, s.own_late_writes_adopted);
         delta(&self.split_revisions, s.split_revision_count);
         let i = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
         self.initial_sync_copied

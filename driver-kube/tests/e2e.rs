@@ -371,7 +371,6 @@ async fn two_live_compositions_of_one_lineage_conflict() {
         Api::namespaced(env.client.clone(), &common::secret_namespace(&env));
     let synth = env.name("shared-synth");
     let lineage = default_lineage(&ns, &synth);
-    let (stop, h) = start_controller(&env, Mode::Apply);
     let m = vec![eno_objects::manifest(&ns, &env.name("cm-z"), &[])];
     let pairs = [
         (env.name("twin-a"), "uuid-ta"),
@@ -382,6 +381,9 @@ async fn two_live_compositions_of_one_lineage_conflict() {
         eno_objects::slice(&slices, &s, u, m.clone()).await;
         eno_objects::composition(&comps, c, &synth, u, "2026-04-01T00:00:00Z", &s).await;
     }
+    // Both exist before the controller looks. Started earlier, a slow run could decide and
+    // record twin-a alone before twin-b exists: a different (sequential) scenario.
+    let (stop, h) = start_controller(&env, Mode::Apply);
     for (c, _) in &pairs {
         wait_for("a LineageConflict decision", || async {
             comps

@@ -229,6 +229,10 @@ pub struct Options {
     /// Every agent runs with `mode: Drain` from the start.
     #[serde(default)]
     pub drain_from_start: bool,
+    /// Some writes that time out reach the server only after the driver gave up (queued,
+    /// not yet proposed), so the agent's fence read cannot see them and they apply later.
+    #[serde(default)]
+    pub late_applies: bool,
 }
 
 /// The reconciliation settings of a run.
@@ -324,6 +328,7 @@ impl Schedule {
             faulty: None,
             reconcile: None,
             drain_from_start: false,
+            late_applies: false,
         };
         // Swarm: each kind enabled with probability 1/2, at a rate of 0.2..4 per minute.
         for kind in Fault::KINDS {
@@ -341,6 +346,9 @@ impl Schedule {
         if replicator == ReplicatorKind::Core {
             let mut rng2 = Rng::new(seed ^ 0xd21f_7c0d);
             draw_controls(&mut rng2, &mut options, &mut faults);
+            // A third stream, for the same reason.
+            let mut rng3 = Rng::new(seed ^ 0x1a7e_a991);
+            options.late_applies = chance(&mut rng3, 0.5);
         }
         faults.sort_by(|a, b| {
             a.at_ms

@@ -38,6 +38,9 @@ const DRAIN_ORPHANS: &str = "target keys the source does not have";
 /// The core's message when drain verification keeps finding drift.
 const DRAIN_STILL_DRIFT: &str = "drain verification still found drift";
 
+/// `Ev::Arrive::deadline_at` of a request that arrives after its deadline reply was sent.
+const LATE: u64 = u64::MAX;
+
 #[derive(Debug, Clone)]
 enum Ev {
     Wake {
@@ -49,7 +52,8 @@ enum Ev {
         inc: u32,
         id: u64,
         cmd: Command,
-        /// Set when the driver's deadline fires first: the reply is replaced by it.
+        /// Set when the driver's deadline fires first: the reply is replaced by it
+        /// ([`LATE`]: the deadline reply was already sent, the request applies silently).
         deadline_at: Option<u64>,
     },
     Reply {
@@ -969,6 +973,8 @@ impl World {
             .add("core.forced_resync", s.forced_resync_count);
         self.coverage.add("core.scan_restart", s.scan_restart_count);
         self.coverage
+            .add("core.own_late_write_adopted", s.own_late_writes_adopted);
+        self.coverage
             .add("core.split_revision", s.split_revision_count);
         self.coverage.add("core.pruned_keys", s.pruned_keys);
         self.coverage.add("core.applied_txns", s.applied_txns);
@@ -1432,6 +1438,35 @@ impl World {
                 .as_nanos() as u64;
             let applied = self.rng.below(2) == 0;
             let at = self.now + timeout;
+            if applied && self.opts.late_applies {
+                // The driver gives up first; the request reaches the server afterwards (a
+                // queue in front of raft) and applies, with nobody left to hear the reply.
+                self.coverage.mark("net.deadline_applied_late");
+                let result = Err(fail(Code::DeadlineExceeded, msg::DEADLINE));
+                self.push(
+                    at,
+                    Ev::Reply {
+                        agent,
+                        inc,
+                        id,
+                        result,
+                    },
+                );
+                // Up to three timeouts late: past the fence read, the retry's backoff and,
+                // often, a different next write (a NOSPACE park, a resync).
+                let arrive_at = at + 1 + self.rng.below(3 * timeout.max(1));
+                self.push(
+                    arrive_at,
+                    Ev::Arrive {
+                        agent,
+                        inc,
+                        id,
+                        cmd,
+                        deadline_at: Some(LATE),
+                    },
+                );
+                return;
+            }
             if applied {
                 self.coverage.mark("net.deadline_applied");
                 deadline_at = Some(at);
@@ -1474,6 +1509,13 @@ impl World {
         let side = side_of(cluster);
         let conn = (u64::from(agent) << 32) | u64::from(inc);
         let lat = self.latency(side);
+        let late = deadline_at == Some(LATE);
+        if late
+            && (self.net[ni(side)].partitioned_until > self.now || !matches!(cmd, Command::Txn(_)))
+        {
+            // Lost on the way after all; its deadline reply is already delivered.
+            return;
+        }
         if self.net[ni(side)].partitioned_until > self.now {
             self.coverage.mark("net.refused");
             let result = Err(fail(Code::Unavailable, msg::UNAVAILABLE));
@@ -1512,6 +1554,11 @@ impl World {
         if let Err(f) = &result {
             self.coverage
                 .mark(&format!("model.err.{}.{}", side_name(side), f.label()));
+        }
+        if late {
+            self.coverage.mark("net.late_apply_arrived");
+            self.route(out);
+            return;
         }
         let result = if deadline_at.is_some() {
             Err(fail(Code::DeadlineExceeded, msg::DEADLINE))

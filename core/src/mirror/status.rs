@@ -176,6 +176,9 @@ pub struct Status {
     pub watch_guard_compactions: u64,
     pub forced_resync_count: u64,
     pub scan_restart_count: u64,
+    /// Writes of ours that the target applied after we had written them off (a timed-out
+    /// Txn applied late), found by a failed fence compare and adopted.
+    pub own_late_writes_adopted: u64,
     pub split_revision_count: u64,
     pub lease_backed_key_count: u64,
     pub last_error: Option<String>,

@@ -406,6 +406,15 @@ impl Mirror {
                 "the target was cut over (fence role Primary)",
             );
         }
+        if theirs.holder == self.holder && theirs.epoch == c.record.epoch {
+            // Our own incarnation wrote this record, in a Txn we had written off: a write
+            // that timed out can still be applied by the server after our fence read said
+            // it had not (it was queued, not yet proposed). Its data and its record landed
+            // together under the fence compare, so the target is consistent at that record,
+            // and no later write of ours can have landed over it. Adopt it and carry on from
+            // it, as a restart would; everything in flight was built on the older record.
+            return self.adopt_own_late_write(now, kv.mod_revision, theirs);
+        }
         if theirs.epoch < c.record.epoch && self.takeovers < MAX_TAKEOVERS {
             // A stale writer of our own link at a lower epoch: take over again.
             self.takeovers += 1;
@@ -431,6 +440,22 @@ impl Mirror {
                 theirs.epoch, theirs.holder, c.record.epoch
             ),
         );
+    }
+
+    /// See [`Self::judge_fence`]: one of our writes landed after we had written it off.
+    fn adopt_own_late_write(&mut self, now: Instant, fence_rev: i64, rec: Checkpoint) {
+        self.fence_rev = fence_rev;
+        self.status.own_late_writes_adopted += 1;
+        self.status.last_applied_revision = self.status.last_applied_revision.max(rec.watermark);
+        self.record = Some(rec);
+        if self.stage == Stage::Parked {
+            // Still out of quota as far as we know: the next probe decides, now against the
+            // adopted record's revision.
+            self.park(now);
+        } else {
+            self.stage = Stage::Fencing;
+            self.resume_from_record(now);
+        }
     }
 
     pub(super) fn requeue_after_failure(&mut self, now: Instant, c: Commit, throttled: bool) {
