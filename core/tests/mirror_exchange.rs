@@ -372,7 +372,18 @@ fn lost_commit_reply_is_adopted_after_rereading_the_fence() {
 #[test]
 fn unapplied_commit_is_retried_after_backoff() {
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 12);
-    let w = cold_start(&mut h, "3.5.13");
+    let (_, first) = timed_out_and_written_off(&mut h);
+    assert!(h.drain().is_empty(), "waits for the backoff");
+    h.advance(Duration::from_secs(2));
+    let (_, again) = one(h.drain());
+    assert_eq!(again, first, "the same Txn is retried");
+}
+
+/// Cold start, then the Txn of revision 101 times out and the fence read finds the fence
+/// unchanged (mod revision 13), so the agent takes it as not applied. Returns the watch and
+/// that Txn.
+fn timed_out_and_written_off(h: &mut Harness) -> (u64, Command) {
+    let w = cold_start(h, "3.5.13");
     h.watch(
         w,
         WatchEvent::Events {
@@ -388,15 +399,10 @@ fn unapplied_commit_is_retried_after_backoff() {
         }),
     );
     let (id, _) = one(h.drain());
-    // The fence is unchanged (mod revision 13): the write did not apply.
-    let rec = fence_of(&first);
-    let mut old = rec.clone();
+    let mut old = fence_of(&first);
     old.watermark = 100;
     h.done(id, Ok(range(13, vec![kv(FENCE, &old.encode(), 13)], false)));
-    assert!(h.drain().is_empty(), "waits for the backoff");
-    h.advance(Duration::from_secs(2));
-    let (_, again) = one(h.drain());
-    assert_eq!(again, first, "the same Txn is retried");
+    (w, first)
 }
 
 #[test]
@@ -490,25 +496,7 @@ fn nospace_parks_cancels_the_watch_and_resumes_from_the_watermark() {
 #[test]
 fn own_write_applied_after_it_was_written_off_is_adopted() {
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 17);
-    let w = cold_start(&mut h, "3.5.13");
-    h.watch(
-        w,
-        WatchEvent::Events {
-            header_revision: 101,
-            events: vec![put_ev(b"/app/c", b"3", 101)],
-        },
-    );
-    let (id, first) = one(h.drain());
-    h.done(
-        id,
-        Err(Failure::Unknown {
-            message: "deadline".into(),
-        }),
-    );
-    let (id, _) = one(h.drain());
-    let mut old = fence_of(&first);
-    old.watermark = 100;
-    h.done(id, Ok(range(13, vec![kv(FENCE, &old.encode(), 13)], false)));
+    let (w, first) = timed_out_and_written_off(&mut h);
     h.advance(Duration::from_secs(2));
     let (id, again) = one(h.drain());
     assert_eq!(again, first);

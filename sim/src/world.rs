@@ -1442,16 +1442,7 @@ impl World {
                 // The driver gives up first; the request reaches the server afterwards (a
                 // queue in front of raft) and applies, with nobody left to hear the reply.
                 self.coverage.mark("net.deadline_applied_late");
-                let result = Err(fail(Code::DeadlineExceeded, msg::DEADLINE));
-                self.push(
-                    at,
-                    Ev::Reply {
-                        agent,
-                        inc,
-                        id,
-                        result,
-                    },
-                );
+                self.reply_deadline(at, agent, inc, id);
                 // Up to three timeouts late: past the fence read, the retry's backoff and,
                 // often, a different next write (a NOSPACE park, a resync).
                 let arrive_at = at + 1 + self.rng.below(3 * timeout.max(1));
@@ -1472,16 +1463,7 @@ impl World {
                 deadline_at = Some(at);
             } else {
                 self.coverage.mark("net.deadline_not_applied");
-                let result = Err(fail(Code::DeadlineExceeded, msg::DEADLINE));
-                self.push(
-                    at,
-                    Ev::Reply {
-                        agent,
-                        inc,
-                        id,
-                        result,
-                    },
-                );
+                self.reply_deadline(at, agent, inc, id);
                 return;
             }
         }
@@ -1499,6 +1481,20 @@ impl World {
                 id,
                 cmd,
                 deadline_at,
+            },
+        );
+    }
+
+    /// The driver's deadline fires at `at` for request `id`.
+    fn reply_deadline(&mut self, at: u64, agent: u32, inc: u32, id: u64) {
+        let result = Err(fail(Code::DeadlineExceeded, msg::DEADLINE));
+        self.push(
+            at,
+            Ev::Reply {
+                agent,
+                inc,
+                id,
+                result,
             },
         );
     }
