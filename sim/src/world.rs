@@ -737,34 +737,29 @@ impl World {
         }
         let k = keys[(pick % keys.len() as u64) as usize].clone();
         if delete {
-            let mut out = Vec::new();
-            self.target.write(
-                &[Mutation::DeleteRange {
-                    key: k.clone(),
-                    end: Vec::new(),
-                }],
-                &mut out,
-            );
-            self.route(out);
-            self.target_revs.push((self.now, self.target.store.rev()));
-            self.checker.drift_write(&k, self.now, false);
-            self.last_drift_ns = Some(self.now);
-            self.coverage.mark("drift.injected");
+            let m = Mutation::DeleteRange {
+                key: k.clone(),
+                end: Vec::new(),
+            };
+            self.drift_write(k, m, false);
         } else {
             self.drift_put(k, format!("drift-{}", pick % 1000).into_bytes(), false);
         }
     }
 
     fn drift_put(&mut self, key: Vec<u8>, value: Vec<u8>, orphan: bool) {
+        let m = Mutation::Put {
+            key: key.clone(),
+            value,
+            lease: 0,
+        };
+        self.drift_write(key, m, orphan);
+    }
+
+    /// Someone else's write `m` of `key`, straight into the target.
+    fn drift_write(&mut self, key: Vec<u8>, m: Mutation, orphan: bool) {
         let mut out = Vec::new();
-        self.target.write(
-            &[Mutation::Put {
-                key: key.clone(),
-                value,
-                lease: 0,
-            }],
-            &mut out,
-        );
+        self.target.write(&[m], &mut out);
         self.route(out);
         self.target_revs.push((self.now, self.target.store.rev()));
         self.checker.drift_write(&key, self.now, orphan);

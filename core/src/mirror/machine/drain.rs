@@ -2,8 +2,8 @@
 //!
 //! The drain target is the source header revision when progress notifications are trusted,
 //! and otherwise the highest mod revision in scope (one read per scan window, so a write
-//! under an excluded prefix, which the watermark never covers, is not a target). Once the watermark reaches it, a full
-//! pinned diff-and-repair pass verifies the target. A round that had to repair anything is
+//! under an excluded prefix, which the watermark never covers, is not a target). Once the
+//! watermark reaches it, a full pinned diff-and-repair pass verifies the target. A round that had to repair anything is
 //! followed by another round, so the cut-over is always backed by a clean pass. Then the fence
 //! flips to `Primary`, which makes every later mirror write fail its compare, and the agent
 //! stops.
@@ -27,6 +27,16 @@ pub(super) struct DrainState {
     pub(super) leased: u64,
     pub(super) verified_at: Option<Instant>,
     pub(super) flipping: bool,
+}
+
+impl DrainState {
+    /// The drain target is read again from the first window.
+    fn forget_target(&mut self) {
+        self.target = None;
+        self.reading = false;
+        self.window = 0;
+        self.max_mod = 0;
+    }
 }
 
 impl Mirror {
@@ -83,19 +93,10 @@ impl Mirror {
         }
         let i = self.drain.as_ref().map_or(0, |d| d.window);
         let windows = self.keys.source_windows();
-        let Some(w) = windows.get(i) else {
-            return self.max_mod_cmd();
-        };
-        Command::Range(RangeRequest {
-            cluster: Cluster::Source,
-            key: w.start.clone(),
-            range_end: w.end.clone(),
-            revision: 0,
-            limit: 1,
-            count_only: false,
-            keys_only: true,
-            sort: SortBy::ModRevisionDescending,
-        })
+        match windows.get(i) {
+            Some(w) => super::genesis::newest_key_cmd(w.start.clone(), w.end.clone()),
+            None => self.max_mod_cmd(),
+        }
     }
 
     fn read_drain_target(&mut self) {
@@ -143,10 +144,7 @@ impl Mirror {
             // a delete still in flight looks like an orphan and nothing is proven. Read the
             // drain target again and verify once the watermark reaches it.
             if let Some(d) = &mut self.drain {
-                d.target = None;
-                d.reading = false;
-                d.window = 0;
-                d.max_mod = 0;
+                d.forget_target();
             }
             return;
         }

@@ -384,16 +384,7 @@ impl Mirror {
 
     pub(super) fn max_mod_cmd(&self) -> Command {
         let (key, range_end) = self.keys.source_range();
-        Command::Range(RangeRequest {
-            cluster: Cluster::Source,
-            key,
-            range_end,
-            revision: 0,
-            limit: 1,
-            count_only: false,
-            keys_only: true,
-            sort: SortBy::ModRevisionDescending,
-        })
+        newest_key_cmd(key, range_end)
     }
 
     pub(super) fn probe_untrusted(&mut self) {
@@ -502,15 +493,11 @@ impl Mirror {
 
     pub(super) fn on_sweep_page(&mut self, now: Instant, mut r: RangeReply) {
         let floor = self.record.as_ref().map_or(0, |c| c.prune_floor);
-        // Only keys inside the window being swept may be deleted: a reply listing others (a
-        // misbehaving server or proxy) must not make the mirror delete outside its range.
         let window = self
             .gen
             .as_ref()
             .and_then(|g| self.keys.target_windows().get(g.sweep_window).cloned());
-        let listed = !r.kvs.is_empty();
-        r.kvs
-            .retain(|kv| window.as_ref().is_some_and(|w| w.contains(&kv.key)));
+        let listed = keep_inside(&mut r.kvs, window.as_ref());
         let mut ops = Vec::new();
         for kv in &r.kvs {
             if self.keys.is_checkpoint(&kv.key) || kv.mod_revision >= floor {
@@ -574,4 +561,32 @@ impl Mirror {
             self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
         }
     }
+}
+
+/// Reads the source key with the highest mod revision in `[key, range_end)` (its key only):
+/// what the untrusted-progress proofs compare with the delivered revision.
+pub(super) fn newest_key_cmd(key: Vec<u8>, range_end: Vec<u8>) -> Command {
+    Command::Range(RangeRequest {
+        cluster: Cluster::Source,
+        key,
+        range_end,
+        revision: 0,
+        limit: 1,
+        count_only: false,
+        keys_only: true,
+        sort: SortBy::ModRevisionDescending,
+    })
+}
+
+/// Drops the key-values of a page that lie outside `window` (a misbehaving server or proxy
+/// listed them): nothing outside the window being read may be counted, repaired or deleted.
+/// Returns whether the reply listed any key at all, so that a page of outside keys only is
+/// read again instead of being taken for the end of the window.
+pub(super) fn keep_inside(
+    kvs: &mut Vec<KeyValue>,
+    window: Option<&crate::mirror::keys::Window>,
+) -> bool {
+    let listed = !kvs.is_empty();
+    kvs.retain(|kv| window.is_some_and(|w| w.contains(&kv.key)));
+    listed
 }

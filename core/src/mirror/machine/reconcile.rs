@@ -131,8 +131,6 @@ impl Mirror {
         if source {
             self.observe_source_rev(now, r.header_revision);
         }
-        // Only keys inside the window being compared count (and may be repaired or
-        // deleted): a reply listing others comes from a misbehaving server or proxy.
         let window = self.pass.as_ref().and_then(|p| {
             let windows = if source {
                 self.keys.source_windows()
@@ -141,9 +139,7 @@ impl Mirror {
             };
             windows.get(p.window).cloned()
         });
-        let listed = !r.kvs.is_empty();
-        r.kvs
-            .retain(|kv| window.as_ref().is_some_and(|w| w.contains(&kv.key)));
+        let listed = super::genesis::keep_inside(&mut r.kvs, window.as_ref());
         let Some(p) = &mut self.pass else { return };
         let side = if source { &mut p.src } else { &mut p.tgt };
         side.reading = false;
