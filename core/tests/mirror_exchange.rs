@@ -13,7 +13,7 @@ use support::*;
 use tidemark_core::classify::{Failure, PermanentKind};
 use tidemark_core::config::InitialSyncMode;
 use tidemark_core::etcd::{
-    Cluster, Command, CompareTarget, Event, RangeReply, Reply, TxnOp, TxnReply, WatchEvent,
+    Cluster, Command, CompareTarget, Event, RangeReply, Reply, TxnReply, WatchEvent,
 };
 use tidemark_core::mirror::{
     Checkpoint, ConditionType, Control, FailKind, Input, Output, Phase, StopReason,
@@ -42,10 +42,7 @@ fn cold_start_then_one_revision_is_one_txn() {
         data_ops(&cmd),
         vec![
             put(b"/mirror/c", b"3"),
-            TxnOp::Delete {
-                key: b"/mirror/a".to_vec(),
-                range_end: vec![]
-            },
+            del(b"/mirror/a"),
             put(b"/mirror/d", b"4")
         ]
     );
@@ -260,13 +257,7 @@ fn compaction_in_tail_forces_resync_with_prune_and_latches_loop() {
         )),
     );
     let (id, cmd) = one(h.drain());
-    assert_eq!(
-        data_ops(&cmd),
-        vec![TxnOp::Delete {
-            key: b"/mirror/b".to_vec(),
-            range_end: vec![]
-        }]
-    );
+    assert_eq!(data_ops(&cmd), vec![del(b"/mirror/b")]);
     h.done(id, Ok(txn_ok(22)));
     let (id, cmd) = one(h.drain());
     let rec = fence_of(&cmd);
@@ -606,19 +597,7 @@ fn split_resumes_exactly_after_restart() {
         },
     );
     let (_, cmd) = one(h.drain());
-    assert_eq!(
-        data_ops(&cmd),
-        vec![
-            TxnOp::Delete {
-                key: b"/mirror/k3".to_vec(),
-                range_end: vec![]
-            },
-            TxnOp::Delete {
-                key: b"/mirror/k4".to_vec(),
-                range_end: vec![]
-            }
-        ]
-    );
+    assert_eq!(data_ops(&cmd), vec![del(b"/mirror/k3"), del(b"/mirror/k4")]);
     let rec = fence_of(&cmd);
     assert_eq!((rec.watermark, rec.split), (101, None));
 }

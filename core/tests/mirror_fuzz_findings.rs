@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use support::*;
 use tidemark_core::config::InitialSyncMode;
-use tidemark_core::etcd::{
-    Cluster, Command, KeyValue, RangeReply, Reply, SortBy, TxnOp, WatchEvent,
-};
+use tidemark_core::etcd::{Cluster, Command, KeyValue, RangeReply, Reply, SortBy, WatchEvent};
 use tidemark_core::mirror::checkpoint::Scan;
 use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, Control};
 
@@ -148,13 +146,7 @@ fn untrusted_probe_does_not_finish_before_a_delete_the_scan_saw() {
         },
     );
     let (id, cmd) = one(h.drain());
-    assert_eq!(
-        data_ops(&cmd),
-        vec![TxnOp::Delete {
-            key: b"/mirror/b".to_vec(),
-            range_end: vec![]
-        }]
-    );
+    assert_eq!(data_ops(&cmd), vec![del(b"/mirror/b")]);
     h.done(id, Ok(txn_ok(20)));
     assert!(h.drain().is_empty());
     h.advance(Duration::from_secs(2));
@@ -206,13 +198,7 @@ fn untrusted_probe_does_not_finish_below_a_value_the_scan_wrote() {
     assert_eq!((rec.scan, rec.watermark), (None, 103));
     h.done(id, Ok(txn_ok(21)));
     let (_, cmd) = one(h.drain());
-    assert_eq!(
-        data_ops(&cmd),
-        vec![TxnOp::Delete {
-            key: b"/mirror/t".to_vec(),
-            range_end: vec![]
-        }]
-    );
+    assert_eq!(data_ops(&cmd), vec![del(b"/mirror/t")]);
     assert_eq!(fence_of(&cmd).watermark, 104);
 }
 
@@ -355,13 +341,7 @@ fn prune_sweep_ignores_keys_outside_the_window_it_asked_for() {
         )),
     );
     let (_, cmd) = one(h.drain());
-    assert_eq!(
-        data_ops(&cmd),
-        vec![TxnOp::Delete {
-            key: b"/mirror/old".to_vec(),
-            range_end: vec![]
-        }]
-    );
+    assert_eq!(data_ops(&cmd), vec![del(b"/mirror/old")]);
 }
 
 /// Found while fuzzing the window filter above: a failed sweep page read was queued for a
@@ -441,13 +421,7 @@ fn reconcile_pass_ignores_keys_outside_the_window_it_asked_for() {
         )),
     );
     let (_, cmd) = one(h.drain());
-    assert_eq!(
-        data_ops(&cmd),
-        vec![TxnOp::Delete {
-            key: b"/mirror/z".to_vec(),
-            range_end: vec![]
-        }]
-    );
+    assert_eq!(data_ops(&cmd), vec![del(b"/mirror/z")]);
 }
 
 /// Answers genesis (empty scan pages, Txns landing from revision `rev`) until the prune

@@ -10,7 +10,7 @@ use std::time::Duration;
 use support::*;
 use tidemark_core::classify::Failure;
 use tidemark_core::config::{InitialSyncMode, Mode};
-use tidemark_core::etcd::{Cluster, Command, KeyValue, Reply, SortBy, TxnOp, WatchEvent};
+use tidemark_core::etcd::{Cluster, Command, KeyValue, Reply, SortBy, WatchEvent};
 use tidemark_core::mirror::{
     Checkpoint, CommandId, ConditionType, Control, FailKind, Input, Phase, Role, StopReason,
 };
@@ -137,13 +137,7 @@ fn orphans_are_deleted_only_with_delete_orphans() {
         )),
     );
     let (id, cmd) = one(h.drain());
-    assert_eq!(
-        data_ops(&cmd),
-        vec![TxnOp::Delete {
-            key: b"/mirror/z".to_vec(),
-            range_end: vec![]
-        }]
-    );
+    assert_eq!(data_ops(&cmd), vec![del(b"/mirror/z")]);
     h.done(id, Ok(txn_ok(14)));
     assert!(h.m.status().condition(ConditionType::InvariantsHeld));
     assert_eq!(h.m.status().repaired_keys, 1);

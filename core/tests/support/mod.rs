@@ -206,6 +206,14 @@ pub fn put(k: &[u8], v: &[u8]) -> TxnOp {
     }
 }
 
+/// A single-key delete, as the batcher emits it.
+pub fn del(k: &[u8]) -> TxnOp {
+    TxnOp::Delete {
+        key: k.to_vec(),
+        range_end: vec![],
+    }
+}
+
 pub fn one(cmds: Vec<(CommandId, Command)>) -> (CommandId, Command) {
     assert_eq!(cmds.len(), 1, "expected exactly one command, got {cmds:#?}");
     cmds.into_iter().next().unwrap()
