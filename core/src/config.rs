@@ -129,6 +129,12 @@ pub struct InitialSyncSpec {
     /// >0 skips the scan and watches from this source revision (not with RequireEmpty).
     #[serde(default)]
     pub start_revision: i64,
+    /// The way forward after `SourceHistoryMismatch`: the fence watermark the agent
+    /// reported. Only when the history proof fails and the checkpoint's watermark equals
+    /// this value does the agent abandon the checkpoint and copy the current source afresh
+    /// with `mode`; a proven history ignores it, so a stale value never acts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandon_watermark: Option<i64>,
 }
 
 /// `sync.reconnectBackoff`.
@@ -448,6 +454,12 @@ impl MirrorConfig {
             bad(
                 "initialSync.startRevision",
                 "requires initialSync.mode Overwrite or OverwriteAndPrune: RequireEmpty always scans".into(),
+            );
+        }
+        if self.initial_sync.abandon_watermark.is_some_and(|w| w < 1) {
+            bad(
+                "initialSync.abandonWatermark",
+                "must be the positive fence watermark that SourceHistoryMismatch reported; omit it otherwise".into(),
             );
         }
         let s = &self.sync;

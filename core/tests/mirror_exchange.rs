@@ -565,7 +565,7 @@ fn oversized_revision_is_split_with_progress_in_the_checkpoint() {
 fn split_resumes_exactly_after_restart() {
     // A new process finds split = {101, done 3}: it watches from 101 and skips 3 ops.
     let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 17);
-    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    answer_probes(&mut h, ("3.5.13", 1, 101), ("3.5.13", 2, 5));
     let (id, _) = one(h.drain());
     let found = Checkpoint {
         split: Some(tidemark_core::mirror::checkpoint::Split { rev: 101, done: 3 }),

@@ -26,6 +26,8 @@ pub struct MirrorMetrics {
     forced_resyncs: Counter,
     scan_restarts: Counter,
     late_writes_adopted: Counter,
+    history_proofs: Counter,
+    history_suspicions: Counter,
     split_revisions: Counter,
     initial_sync_copied: Gauge,
     initial_sync_total: Gauge,
@@ -122,6 +124,16 @@ impl MirrorMetrics {
             self.late_writes_adopted.clone(),
         );
         r.register(
+            "source_history_proofs",
+            "Source-history proofs passed (each connect and watch re-establishment)",
+            self.history_proofs.clone(),
+        );
+        r.register(
+            "source_history_suspicions",
+            "Source watch revisions that went backwards and were re-proven",
+            self.history_suspicions.clone(),
+        );
+        r.register(
             "split_revisions",
             "Source revisions split across several target Txns",
             self.split_revisions.clone(),
@@ -208,6 +220,8 @@ impl MirrorMetrics {
         delta(&self.forced_resyncs, s.forced_resync_count);
         delta(&self.scan_restarts, s.scan_restart_count);
         delta(&self.late_writes_adopted, s.own_late_writes_adopted);
+        delta(&self.history_proofs, s.source_history_proofs);
+        delta(&self.history_suspicions, s.source_history_suspicions);
         delta(&self.split_revisions, s.split_revision_count);
         let i = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
         self.initial_sync_copied

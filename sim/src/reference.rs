@@ -169,6 +169,7 @@ impl RefReplicator {
             prune_floor: 0,
             source_cluster: String::new(),
             target_cluster: String::new(),
+            anchor: None,
         }
     }
 

@@ -662,6 +662,7 @@ impl World {
                     prune_floor: 0,
                     source_cluster: "sibling-source".into(),
                     target_cluster: "sibling-target".into(),
+                    anchor: None,
                 }
                 .encode();
                 let mut out = Vec::new();

@@ -1,13 +1,85 @@
 //! The checkpoint ("fence") record stored in the target.
 //!
 //! Anyone with write access to the target can edit these bytes, so decoding is strict and
-//! fails closed: an unknown version, an unknown field or a malformed value is
-//! `CheckpointInvalid`, and the mirror writes nothing.
+//! fails closed: an unknown version, an unknown or repeated field, trailing bytes or a
+//! malformed value is `CheckpointInvalid`, and the mirror writes nothing.
+//! See `docs/design.md` ("The fence record").
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
-/// The only record version this build reads and writes.
-pub const VERSION: u32 = 1;
+use crate::etcd::KeyValue;
+
+/// The record version this build writes. Version 2 added [`Anchor`]: a build that only
+/// knows version 1 refuses it by version, with a message that says to upgrade, instead of
+/// resuming without the source-history proof.
+pub const VERSION: u32 = 2;
+/// The oldest record version this build still reads (records without an anchor).
+pub const OLDEST_READABLE: u32 = 1;
+
+/// A fact of the source history the target's data came from: at revision `rev` the source
+/// key `key` was written with this create revision, version and value. Before it writes
+/// after any (re)connect, the mirror reads the key back at `rev` and refuses a source
+/// where the fact does not hold (a restore from an older snapshot keeps the cluster ID but
+/// not the history). See `docs/design.md` ("Source history").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Anchor {
+    /// The source key (not rewritten).
+    #[serde(with = "crate::bytes_b64")]
+    pub key: Vec<u8>,
+    /// Its mod revision: the revision of the put.
+    pub rev: i64,
+    pub create: i64,
+    pub ver: i64,
+    /// The first 16 hex digits of SHA-256 of the value.
+    pub sha: String,
+}
+
+impl Anchor {
+    /// The anchor for a key-value as the source reported it.
+    pub fn of(kv: &KeyValue) -> Anchor {
+        Anchor {
+            key: kv.key.clone(),
+            rev: kv.mod_revision,
+            create: kv.create_revision,
+            ver: kv.version,
+            sha: value_digest(&kv.value),
+        }
+    }
+
+    /// What differs between this anchor and a key-value read back at its revision, or
+    /// `None` when the fact holds.
+    pub fn mismatch(&self, kv: Option<&KeyValue>) -> Option<String> {
+        let Some(kv) = kv else {
+            return Some("the key does not exist there".into());
+        };
+        let found = Anchor::of(kv);
+        let mut diffs = Vec::new();
+        if found.key != self.key {
+            diffs.push("another key came back".to_string());
+        }
+        for (name, want, got) in [
+            ("mod revision", self.rev, found.rev),
+            ("create revision", self.create, found.create),
+            ("version", self.ver, found.ver),
+        ] {
+            if want != got {
+                diffs.push(format!("{name} {got}, expected {want}"));
+            }
+        }
+        if found.sha != self.sha {
+            diffs.push("its value differs".into());
+        }
+        (!diffs.is_empty()).then(|| diffs.join(", "))
+    }
+}
+
+/// The anchor's value digest: 64 bits of SHA-256, lowercase hex.
+fn value_digest(value: &[u8]) -> String {
+    let d = Sha256::digest(value);
+    hex::encode(&d[..8])
+}
 
 /// Who the fence says owns the target range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +149,10 @@ pub struct Checkpoint {
     pub prune_floor: i64,
     pub source_cluster: String,
     pub target_cluster: String,
+    /// A fact of the source history this record's data came from (`None`: a version 1
+    /// record, or nothing in-range read yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anchor: Option<Anchor>,
 }
 
 /// Why a checkpoint could not be used.
@@ -84,7 +160,7 @@ pub struct Checkpoint {
 pub enum CheckpointError {
     #[error("checkpoint is not valid JSON for record v{VERSION}: {0}")]
     Malformed(String),
-    #[error("checkpoint version {0} is not supported by this build (it reads v{VERSION}); upgrade tidemark or restore the checkpoint")]
+    #[error("checkpoint version {0} is not supported by this build (it reads v{OLDEST_READABLE} to v{VERSION}); upgrade tidemark or restore the checkpoint")]
     UnsupportedVersion(u64),
     #[error("checkpoint field {field} is invalid: {problem}")]
     BadField {
@@ -100,19 +176,27 @@ impl Checkpoint {
             .expect("a Checkpoint always serialises: plain fields, no maps with non-string keys")
     }
 
-    /// Decodes and validates a record, failing closed on anything unexpected.
+    /// Decodes and validates a record, failing closed on anything unexpected: a repeated
+    /// field (JSON would let the last one win), an unknown field or trailing bytes are
+    /// refused, and serde's message names the field.
     pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
-        let raw: serde_json::Value =
+        /// The version alone, read first so a newer record is refused by version.
+        #[derive(Deserialize)]
+        struct VersionOnly {
+            v: Option<serde_json::Value>,
+        }
+        let head: VersionOnly =
             serde_json::from_slice(bytes).map_err(|e| CheckpointError::Malformed(e.to_string()))?;
-        let v = raw
-            .get("v")
+        let v = head
+            .v
+            .as_ref()
             .and_then(serde_json::Value::as_u64)
             .ok_or_else(|| CheckpointError::Malformed("missing numeric field \"v\"".into()))?;
-        if v != u64::from(VERSION) {
+        if !(u64::from(OLDEST_READABLE)..=u64::from(VERSION)).contains(&v) {
             return Err(CheckpointError::UnsupportedVersion(v));
         }
         let c: Checkpoint =
-            serde_json::from_value(raw).map_err(|e| CheckpointError::Malformed(e.to_string()))?;
+            serde_json::from_slice(bytes).map_err(|e| CheckpointError::Malformed(e.to_string()))?;
         c.check()?;
         Ok(c)
     }
@@ -155,6 +239,23 @@ impl Checkpoint {
             }
             // A split may be recorded while genesis replays an oversized revision.
         }
+        if let Some(a) = &self.anchor {
+            if self.v < 2 {
+                return bad("anchor", "needs record version 2");
+            }
+            if a.key.is_empty() {
+                return bad("anchor.key", "is empty");
+            }
+            if a.create < 1 || a.rev < a.create {
+                return bad("anchor.rev", "must be at or above anchor.create, which is positive");
+            }
+            if a.ver < 1 {
+                return bad("anchor.ver", "must be positive");
+            }
+            if a.sha.len() != 16 || !a.sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return bad("anchor.sha", "must be 16 lowercase hex digits");
+            }
+        }
         Ok(())
     }
 
@@ -190,6 +291,14 @@ mod tests {
             prune_floor: 7,
             source_cluster: "a".into(),
             target_cluster: "b".into(),
+            anchor: Some(Anchor::of(&KeyValue {
+                key: b"/app/k".to_vec(),
+                value: b"v".to_vec(),
+                create_revision: 5,
+                mod_revision: 9,
+                version: 2,
+                lease: 0,
+            })),
         }
     }
 
@@ -206,12 +315,12 @@ mod tests {
             Err(CheckpointError::Malformed(_))
         ));
         let mut j: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
-        j["v"] = 2.into();
+        j["v"] = 3.into();
         assert_eq!(
             Checkpoint::decode(&serde_json::to_vec(&j).unwrap()),
-            Err(CheckpointError::UnsupportedVersion(2))
+            Err(CheckpointError::UnsupportedVersion(3))
         );
-        j["v"] = 1.into();
+        j["v"] = 2.into();
         j["extra"] = true.into();
         assert!(Checkpoint::decode(&serde_json::to_vec(&j).unwrap()).is_err());
         let mut c = sample();
@@ -222,6 +331,63 @@ mod tests {
                 field: "holder",
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn repeated_fields_and_trailing_bytes_are_refused() {
+        let text = String::from_utf8(sample().encode()).unwrap();
+        // The same key twice: JSON parsers usually let the last one win; this one refuses.
+        let twice = text.replacen("\"watermark\":42", "\"watermark\":42,\"watermark\":7", 1);
+        assert_ne!(twice, text);
+        match Checkpoint::decode(twice.as_bytes()) {
+            Err(CheckpointError::Malformed(m)) => assert!(m.contains("watermark"), "{m}"),
+            other => panic!("accepted a repeated field: {other:?}"),
+        }
+        let v_twice = text.replacen("\"v\":2", "\"v\":2,\"v\":1", 1);
+        assert!(Checkpoint::decode(v_twice.as_bytes()).is_err());
+        let trailing = format!("{text}{{}}");
+        assert!(Checkpoint::decode(trailing.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn version_1_records_decode_without_an_anchor_and_cannot_carry_one() {
+        let mut c = sample();
+        c.v = 1;
+        c.anchor = None;
+        assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
+        c.anchor = sample().anchor;
+        assert!(matches!(
+            Checkpoint::decode(&c.encode()),
+            Err(CheckpointError::BadField { field: "anchor", .. })
+        ));
+    }
+
+    #[test]
+    fn an_anchor_names_what_differs() {
+        let a = sample().anchor.unwrap();
+        let kv = KeyValue {
+            key: b"/app/k".to_vec(),
+            value: b"v".to_vec(),
+            create_revision: 5,
+            mod_revision: 9,
+            version: 2,
+            lease: 0,
+        };
+        assert_eq!(a.mismatch(Some(&kv)), None);
+        let other = KeyValue {
+            value: b"w".to_vec(),
+            create_revision: 3,
+            ..kv.clone()
+        };
+        let m = a.mismatch(Some(&other)).unwrap();
+        assert!(m.contains("create revision 3, expected 5") && m.contains("value"), "{m}");
+        assert!(a.mismatch(None).is_some());
+        let mut bad = sample();
+        bad.anchor.as_mut().unwrap().sha = "XYZ".into();
+        assert!(matches!(
+            Checkpoint::decode(&bad.encode()),
+            Err(CheckpointError::BadField { field: "anchor.sha", .. })
         ));
     }
 

@@ -77,6 +77,12 @@ pub enum FailKind {
     TooLarge,
     /// The server refused in a way retries cannot fix (auth, invalid request).
     Permanent,
+    /// The source is not the history the checkpoint's watermark came from (a restore from
+    /// an older snapshot, or another cluster behind the same address and cluster ID).
+    SourceHistoryMismatch,
+    /// The source's history could not be proven: the checkpoint's anchor revision is
+    /// compacted and the anchor key changed since.
+    SourceHistoryUnverified,
 }
 
 impl FailKind {
@@ -91,6 +97,8 @@ impl FailKind {
             FailKind::Unsupported => "Unsupported",
             FailKind::TooLarge => "TooLarge",
             FailKind::Permanent => "Permanent",
+            FailKind::SourceHistoryMismatch => "SourceHistoryMismatch",
+            FailKind::SourceHistoryUnverified => "SourceHistoryUnverified",
         }
     }
 }

@@ -40,11 +40,14 @@ pub enum ConditionType {
     PrefixConflict,
     DirectionConflict,
     RevisionSplit,
+    /// True when the source is not (or cannot be proven to be) the history the
+    /// checkpoint came from; the agent then stops without writing.
+    SourceHistoryMismatch,
 }
 
 impl ConditionType {
     /// Every condition type, in a fixed order.
-    pub const ALL: [ConditionType; 17] = [
+    pub const ALL: [ConditionType; 18] = [
         ConditionType::Available,
         ConditionType::SourceReachable,
         ConditionType::TargetReachable,
@@ -62,6 +65,7 @@ impl ConditionType {
         ConditionType::PrefixConflict,
         ConditionType::DirectionConflict,
         ConditionType::RevisionSplit,
+        ConditionType::SourceHistoryMismatch,
     ];
 
     /// The API name ("TargetQuotaExhausted").
@@ -84,6 +88,7 @@ impl ConditionType {
             ConditionType::PrefixConflict => "PrefixConflict",
             ConditionType::DirectionConflict => "DirectionConflict",
             ConditionType::RevisionSplit => "RevisionSplit",
+            ConditionType::SourceHistoryMismatch => "SourceHistoryMismatch",
         }
     }
 }
@@ -179,6 +184,10 @@ pub struct Status {
     /// Writes of ours that the target applied after we had written them off (a timed-out
     /// Txn applied late), found by a failed fence compare and adopted.
     pub own_late_writes_adopted: u64,
+    /// Source-history proofs that passed (one per connect and watch (re)establishment).
+    pub source_history_proofs: u64,
+    /// Watch revisions that went backwards and were checked by a proof.
+    pub source_history_suspicions: u64,
     pub split_revision_count: u64,
     pub lease_backed_key_count: u64,
     pub last_error: Option<String>,
@@ -253,6 +262,6 @@ mod tests {
         let j = serde_json::to_value(&s).unwrap();
         assert_eq!(j["lastAppliedRevision"], 7);
         assert!(j.get("sourceRevision").is_some());
-        assert_eq!(ConditionType::ALL.len(), 17);
+        assert_eq!(ConditionType::ALL.len(), 18);
     }
 }

@@ -32,6 +32,18 @@ pub struct Harness {
     /// Answer the etcd #18089 watch guard reads as "not compacted", so scripts see the
     /// watch where the guard was. Tests of the guard itself turn this off.
     pub auto_guard: bool,
+    /// Answer the source-history proof reads from what the script told the core (the
+    /// highest source revision and every key-value sent), so scripts see no proof. Tests of
+    /// the proof itself turn this off.
+    pub auto_proof: bool,
+    /// The highest source revision the script reported, and every source key-value sent.
+    pub source_seen: i64,
+    pub source_kvs: std::collections::BTreeMap<(Vec<u8>, i64), KeyValue>,
+}
+
+/// The point read of the source-history proof (one key, no range end).
+pub fn is_history_proof(c: &Command) -> bool {
+    matches!(c, Command::Range(r) if r.cluster == Cluster::Source && r.range_end.is_empty() && r.limit == 1 && !r.count_only)
 }
 
 /// The pinned, count-only read the core makes before opening a watch.
@@ -46,6 +58,9 @@ impl Harness {
             now: Instant(1_000_000_000),
             log: Vec::new(),
             auto_guard: true,
+            auto_proof: true,
+            source_seen: 0,
+            source_kvs: Default::default(),
         }
     }
 
@@ -61,7 +76,8 @@ impl Harness {
                     let Command::Range(r) = &cmd else {
                         unreachable!()
                     };
-                    let rev = r.revision + 1;
+                    // An honest source: never below what the script already reported.
+                    let rev = self.source_seen.max(r.revision);
                     guard_slots.push_back(cmds.len());
                     self.done(id, Ok(range(rev, vec![], false)));
                 }
@@ -72,17 +88,67 @@ impl Harness {
                     let at = guard_slots.pop_front().unwrap();
                     cmds.insert(at, (id, cmd));
                 }
+                Output::Command { id, cmd } if self.auto_proof && is_history_proof(&cmd) => {
+                    let reply = self.proof_answer(&cmd);
+                    self.done(id, Ok(reply));
+                }
                 Output::Command { id, cmd } => cmds.push((id, cmd)),
                 Output::Timeout(_) | Output::Stopped(_) => return cmds,
             }
         }
     }
 
+    /// What an honest source answers to a proof read, from what the script sent.
+    pub fn proof_answer(&self, cmd: &Command) -> Reply {
+        let Command::Range(r) = cmd else {
+            unreachable!()
+        };
+        let kvs = if r.keys_only {
+            vec![]
+        } else {
+            self.source_kvs
+                .range((r.key.clone(), 0)..=(r.key.clone(), r.revision.max(0)))
+                .next_back()
+                .map(|(_, kv)| kv.clone())
+                .into_iter()
+                .collect()
+        };
+        range(self.source_seen.max(1), kvs, false)
+    }
+
+    fn note_source(&mut self, header: i64, kvs: &[KeyValue]) {
+        self.source_seen = self.source_seen.max(header);
+        for kv in kvs {
+            self.source_kvs
+                .insert((kv.key.clone(), kv.mod_revision), kv.clone());
+        }
+    }
+
     pub fn done(&mut self, id: CommandId, r: Result<Reply, Failure>) {
+        if let Ok(Reply::Status(st)) = &r {
+            // Scripts give the source a higher revision than the target.
+            self.note_source(st.header_revision, &[]);
+        }
+        if let Ok(Reply::Range(rr)) = &r {
+            if rr.kvs.iter().all(|kv| !kv.key.starts_with(b"/mirror/")) {
+                self.note_source(rr.header_revision, &rr.kvs);
+            }
+        }
         self.m.handle_input(self.now, Input::Done { id, result: r });
     }
 
     pub fn watch(&mut self, watch_id: u64, ev: WatchEvent) {
+        match &ev {
+            WatchEvent::Events {
+                header_revision,
+                events,
+            } => {
+                let kvs: Vec<KeyValue> = events.iter().map(|e| e.kv.clone()).collect();
+                self.note_source(*header_revision, &kvs);
+            }
+            WatchEvent::Progress { revision } => self.note_source(*revision, &[]),
+            _ => {}
+        }
         self.m.handle_input(
             self.now,
             Input::Watch {
@@ -397,5 +463,6 @@ pub fn found_record(epoch: u64, watermark: i64) -> Checkpoint {
         prune_floor: 0,
         source_cluster: "1".into(),
         target_cluster: "2".into(),
+        anchor: None,
     }
 }

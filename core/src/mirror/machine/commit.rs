@@ -38,6 +38,10 @@ impl Mirror {
         {
             return;
         }
+        if !self.history.verified {
+            // Proven once per (re)connect; nothing of the source is written before.
+            self.maybe_prove();
+        }
         let Some(front) = self.work.front() else {
             self.after_queue_drained(now);
             self.maybe_finish_pass(now);
@@ -50,6 +54,11 @@ impl Mirror {
             && matches!(front, Work::Tail(_))
         {
             // Events of a watch whose start is not re-verified yet (etcd #18089) wait.
+            return;
+        }
+        if !self.history.verified
+            && !matches!(front, Work::Claim | Work::Fence(FenceWhy::QuotaProbe))
+        {
             return;
         }
         let n = front.ops().len() as u64;
@@ -116,6 +125,10 @@ impl Mirror {
     /// The record a unit of work installs, derived from the durable one.
     pub(super) fn next_record(&self, work: &Work) -> Option<Checkpoint> {
         let mut rec = self.record.clone()?;
+        if !matches!(work, Work::Claim | Work::Fence(FenceWhy::QuotaProbe)) {
+            // Only writes made under a proven history record a newer anchor.
+            rec.anchor = self.anchor_for(&rec);
+        }
         match work {
             Work::Claim => {}
             Work::Scan {
@@ -420,6 +433,7 @@ impl Mirror {
             self.takeovers += 1;
             self.fence_rev = kv.mod_revision;
             let mut rec = theirs;
+            rec.v = VERSION;
             rec.epoch = c.record.epoch + 1;
             rec.holder = self.holder.clone();
             self.status.epoch = rec.epoch;

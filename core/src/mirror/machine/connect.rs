@@ -122,6 +122,11 @@ impl Mirror {
             self.status.last_applied_revision = c.watermark;
         }
         self.found = found;
+        self.prove_at_connect(now);
+    }
+
+    /// The found record's history is proven (or it had no progress): RequireEmpty, then claim.
+    pub(super) fn after_fence_proven(&mut self, now: Instant) {
         let needs_genesis = match &self.found {
             None => true,
             Some(c) => c.scan.is_some() || (c.watermark == 0 && c.split.is_none()),
@@ -190,7 +195,9 @@ impl Mirror {
             prune_floor: 0,
             source_cluster: format!("{src_id:x}"),
             target_cluster: format!("{tgt_id:x}"),
+            anchor: None,
         });
+        rec.v = VERSION;
         rec.epoch = epoch;
         rec.holder = self.holder.clone();
         rec.source_cluster = format!("{src_id:x}");

@@ -274,6 +274,7 @@ impl Mirror {
         let mut leased_keys = Vec::with_capacity(r.kvs.len());
         for kv in r.kvs {
             if let Some(t) = self.keys.rewrite(&kv.key) {
+                self.history.offer(&kv);
                 leased_keys.push((kv.key.clone(), kv.lease != 0));
                 ops.push(TxnOp::Put {
                     key: t,

@@ -19,11 +19,15 @@ impl Mirror {
 
     pub(super) fn on_done(&mut self, now: Instant, job: Job, result: Result<Reply, Failure>) {
         match (job, result) {
-            (Job::Fire, _) | (Job::WatchOpen, Ok(_)) | (Job::CountRemaining, Err(_)) => {}
+            (Job::Fire, _) | (Job::CountRemaining, Err(_)) => {}
+            (Job::WatchOpen(id), Ok(_)) => self.on_watch_established(id),
+            (Job::ProveHistory { round, pinned }, result) => {
+                self.on_proof(now, round, pinned, result)
+            }
             (Job::CountRemaining, Ok(Reply::Range(r))) => {
                 self.status.initial_sync_total_key_count = u64::try_from(r.count).unwrap_or(0);
             }
-            (Job::WatchOpen, Err(f)) => self.on_watch(now, WatchEvent::Failed { failure: f }),
+            (Job::WatchOpen(_), Err(f)) => self.on_watch(now, WatchEvent::Failed { failure: f }),
             (Job::ProbeSource, Ok(Reply::Status(s))) => {
                 self.src = Some(s);
                 self.after_probes(now);
@@ -77,6 +81,14 @@ impl Mirror {
     /// A read failed: retry it with backoff, or stop on a permanent error.
     pub(super) fn on_read_failed(&mut self, now: Instant, job: Job, f: Failure) {
         self.note_reachability(now, &job, false, &f);
+        let source_read = !matches!(job, Job::ProveHistory { .. })
+            && self.command_for(&job).is_some_and(|c| {
+                matches!(c, Command::Range(RangeRequest { cluster: Cluster::Source, .. }))
+            });
+        if source_read && matches!(f, Failure::Transient { .. } | Failure::Unknown { .. }) {
+            // A source connection broke: prove the history again before the next write.
+            self.history.unverify();
+        }
         let cmd = match self.command_for(&job) {
             Some(c) => c,
             None => return,
@@ -104,7 +116,9 @@ impl Mirror {
             | Job::PassSource(_)
             | Job::DrainTarget
             | Job::WatchGuard { .. }
-            | Job::WatchRecheck { .. } => C::SourceReachable,
+            | Job::WatchRecheck { .. }
+            | Job::ProveHistory { .. }
+            | Job::CountRemaining => C::SourceReachable,
             _ => C::TargetReachable,
         };
         if ok {
@@ -139,7 +153,13 @@ impl Mirror {
                 }
                 self.watch_open_step(*watch_id, *from).1
             }
-            Job::Commit(_) | Job::WatchOpen | Job::Fire | Job::CountRemaining => return None,
+            Job::ProveHistory { round, pinned } => {
+                if !self.proof_is_current(*round) {
+                    return None;
+                }
+                self.proof_cmd(*pinned)
+            }
+            Job::Commit(_) | Job::WatchOpen(_) | Job::Fire | Job::CountRemaining => return None,
         })
     }
 }

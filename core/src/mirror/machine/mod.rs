@@ -14,6 +14,7 @@ mod commit;
 mod connect;
 mod drain;
 mod genesis;
+mod history;
 mod inputs;
 mod plumbing;
 mod reconcile;
@@ -39,6 +40,7 @@ use crate::mirror::version::Version;
 use crate::rng::Rng;
 use crate::time::Instant;
 use drain::DrainState;
+use history::History;
 use reconcile::{Pass, PassPurpose};
 
 /// Minimum spacing of fence-only writes that advance an idle watermark.
@@ -67,7 +69,13 @@ enum Job {
     Commit(Box<Commit>),
     /// Re-reading the fence after a commit whose outcome is unknown.
     ResolveUnknown(Box<Commit>),
-    WatchOpen,
+    /// Opening watch `id`.
+    WatchOpen(u64),
+    /// The source-history read of proof round `round` (see `history.rs`).
+    ProveHistory {
+        round: u64,
+        pinned: bool,
+    },
     /// The etcd #18089 guard read before opening a watch.
     WatchGuard {
         watch_id: u64,
@@ -291,6 +299,7 @@ pub struct Mirror {
     /// recheck sent); target writes of its events wait for the recheck.
     watch_unverified: Option<(u64, i64, bool)>,
     drops_compact_tombstone: bool,
+    history: History,
 }
 
 impl Mirror {
@@ -361,6 +370,7 @@ impl Mirror {
             epoch_floor: 0,
             watch_unverified: None,
             drops_compact_tombstone: false,
+            history: History::default(),
             keys,
             rng,
             cfg: config,
@@ -393,7 +403,9 @@ impl Mirror {
                 let Some(job) = self.inflight.remove(&id) else {
                     return;
                 };
-                self.on_done(now, job, result);
+                if self.check_source_reply(now, id, &result) {
+                    self.on_done(now, job, result);
+                }
             }
             Input::Watch { watch_id, event } => {
                 if self.watch == Some(watch_id) {

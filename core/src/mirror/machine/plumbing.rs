@@ -7,6 +7,7 @@ impl Mirror {
         let id = self.next_id;
         self.next_id += 1;
         self.inflight.insert(id, job);
+        self.note_issue(id, &cmd);
         self.out.push_back(Output::Command { id, cmd });
         id
     }
@@ -144,6 +145,9 @@ impl Mirror {
             FailKind::EmptyTargetViolation => Some(C::EmptyTargetViolation),
             FailKind::PrefixConflict => Some(C::PrefixConflict),
             FailKind::DirectionConflict => Some(C::DirectionConflict),
+            FailKind::SourceHistoryMismatch | FailKind::SourceHistoryUnverified => {
+                Some(C::SourceHistoryMismatch)
+            }
             _ => None,
         };
         if let Some(c) = cond {

@@ -38,7 +38,7 @@ impl Mirror {
     /// below it would be refused outright), and that is treated as a compaction.
     pub(super) fn watch_open_step(&self, id: u64, from: i64) -> (Job, Command) {
         if from <= 1 {
-            return (Job::WatchOpen, self.watch_cmd(id, from));
+            return (Job::WatchOpen(id), self.watch_cmd(id, from));
         }
         let (key, range_end) = self.keys.source_range();
         let guard = Command::Range(RangeRequest {
@@ -71,7 +71,7 @@ impl Mirror {
         }
         if ok {
             let cmd = self.watch_cmd(id, from);
-            self.issue(Job::WatchOpen, cmd);
+            self.issue(Job::WatchOpen(id), cmd);
             if self.drops_compact_tombstone {
                 self.watch_unverified = Some((id, from, false));
             }
@@ -119,6 +119,7 @@ impl Mirror {
                 events,
             } => {
                 self.observe_source_rev(now, header_revision);
+                self.watch_revision(header_revision, true);
                 self.status
                     .set_condition(now, C::SourceReachable, true, "Reachable", "");
                 // A server must send revisions in order and never below 1; anything else
@@ -197,6 +198,7 @@ impl Mirror {
             }
             WatchEvent::Progress { revision } => {
                 self.observe_source_rev(now, revision);
+                self.watch_revision(revision, false);
                 if !self.progress_trusted {
                     return;
                 }
@@ -276,6 +278,8 @@ impl Mirror {
     /// Reopens the watch after a backoff, continuing after what was delivered.
     pub(super) fn watch_failed(&mut self, now: Instant, why: String) {
         self.status.last_error = Some(why);
+        // A broken stream may come back on another server: prove the history again.
+        self.history.unverify();
         let delay = self.backoff.next_delay(&mut self.rng);
         let at = now + delay;
         let from = self.delivered + 1;
@@ -288,7 +292,7 @@ impl Mirror {
             until: at,
         });
         self.retry
-            .retain(|r| !matches!(r.job, Job::WatchOpen | Job::WatchGuard { .. }));
+            .retain(|r| !matches!(r.job, Job::WatchOpen(_) | Job::WatchGuard { .. }));
         let (job, cmd) = self.watch_open_step(id, from);
         self.retry.push(Retry { at, cmd, job });
     }
@@ -352,6 +356,9 @@ impl Mirror {
             let rev = e.kv.mod_revision;
             if rev <= floor {
                 continue;
+            }
+            if e.kind == EventKind::Put && self.keys.in_scope(&e.kv.key) {
+                self.history.offer(&e.kv);
             }
             // Ops on excluded or out-of-scope keys are dropped before anything counts
             // them, so split offsets are stable across a resume.
