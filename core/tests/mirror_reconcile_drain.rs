@@ -154,7 +154,11 @@ fn a_clean_pass_reports_no_drift_and_rearms() {
     h.done(tgt, Ok(range(13, vec![tkv(b"/mirror/a", b"1")], false)));
     assert!(h.drain().is_empty());
     assert!(!h.m.status().condition(ConditionType::DriftDetected));
-    assert!(h.m.status().condition(ConditionType::InvariantsHeld), "{:#?}", h.m.status());
+    assert!(
+        h.m.status().condition(ConditionType::InvariantsHeld),
+        "{:#?}",
+        h.m.status()
+    );
     // The next pass is a full interval after this one (progress requests aside).
     let reads = |cmds: Vec<(CommandId, Command)>| {
         cmds.into_iter()

@@ -247,12 +247,20 @@ impl Checkpoint {
                 return bad("anchor.key", "is empty");
             }
             if a.create < 1 || a.rev < a.create {
-                return bad("anchor.rev", "must be at or above anchor.create, which is positive");
+                return bad(
+                    "anchor.rev",
+                    "must be at or above anchor.create, which is positive",
+                );
             }
             if a.ver < 1 {
                 return bad("anchor.ver", "must be positive");
             }
-            if a.sha.len() != 16 || !a.sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            if a.sha.len() != 16
+                || !a
+                    .sha
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
                 return bad("anchor.sha", "must be 16 lowercase hex digits");
             }
         }
@@ -359,7 +367,10 @@ mod tests {
         c.anchor = sample().anchor;
         assert!(matches!(
             Checkpoint::decode(&c.encode()),
-            Err(CheckpointError::BadField { field: "anchor", .. })
+            Err(CheckpointError::BadField {
+                field: "anchor",
+                ..
+            })
         ));
     }
 
@@ -381,13 +392,19 @@ mod tests {
             ..kv.clone()
         };
         let m = a.mismatch(Some(&other)).unwrap();
-        assert!(m.contains("create revision 3, expected 5") && m.contains("value"), "{m}");
+        assert!(
+            m.contains("create revision 3, expected 5") && m.contains("value"),
+            "{m}"
+        );
         assert!(a.mismatch(None).is_some());
         let mut bad = sample();
         bad.anchor.as_mut().unwrap().sha = "XYZ".into();
         assert!(matches!(
             Checkpoint::decode(&bad.encode()),
-            Err(CheckpointError::BadField { field: "anchor.sha", .. })
+            Err(CheckpointError::BadField {
+                field: "anchor.sha",
+                ..
+            })
         ));
     }
 

@@ -55,7 +55,11 @@ impl History {
 
     /// Offers a key-value the source reported; the newest in-range put becomes the next anchor.
     pub(super) fn offer(&mut self, kv: &KeyValue) {
-        if self.candidate.as_ref().is_none_or(|a| kv.mod_revision > a.rev) && kv.mod_revision > 0
+        if self
+            .candidate
+            .as_ref()
+            .is_none_or(|a| kv.mod_revision > a.rev)
+            && kv.mod_revision > 0
         {
             self.candidate = Some(Anchor::of(kv));
         }

@@ -83,7 +83,13 @@ impl Mirror {
         self.note_reachability(now, &job, false, &f);
         let source_read = !matches!(job, Job::ProveHistory { .. })
             && self.command_for(&job).is_some_and(|c| {
-                matches!(c, Command::Range(RangeRequest { cluster: Cluster::Source, .. }))
+                matches!(
+                    c,
+                    Command::Range(RangeRequest {
+                        cluster: Cluster::Source,
+                        ..
+                    })
+                )
             });
         if source_read && matches!(f, Failure::Transient { .. } | Failure::Unknown { .. }) {
             // A source connection broke: prove the history again before the next write.

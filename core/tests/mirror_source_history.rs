@@ -1,0 +1,381 @@
+// Test code: a panic with the failing value is the report we want.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! The source-history proof, scripted: a source restored from an older snapshot (same
+//! cluster ID, rewound revision) is refused before anything is written, and the explicit
+//! way forward (`initialSync.abandonWatermark`) copies it afresh.
+
+mod support;
+
+use support::*;
+use tidemark_core::classify::Failure;
+use tidemark_core::config::InitialSyncMode;
+use tidemark_core::etcd::{Cluster, Command, KeyValue, RangeRequest, Reply, WatchEvent};
+use tidemark_core::mirror::checkpoint::Anchor;
+use tidemark_core::mirror::{Checkpoint, ConditionType, FailKind, Output, StopReason};
+
+/// The put the previous incarnation copied last: `/app/k` = "v" at revision 90.
+fn anchor_kv() -> KeyValue {
+    KeyValue {
+        key: b"/app/k".to_vec(),
+        value: b"v".to_vec(),
+        create_revision: 80,
+        mod_revision: 90,
+        version: 3,
+        lease: 0,
+    }
+}
+
+/// A record at watermark 100 whose anchor is [`anchor_kv`].
+fn anchored(watermark: i64) -> Checkpoint {
+    Checkpoint {
+        v: 2,
+        anchor: Some(Anchor::of(&anchor_kv())),
+        ..found_record(4, watermark)
+    }
+}
+
+/// Starts an agent with proofs answered by hand, up to the fence read answered with `rec`.
+fn start(mode: InitialSyncMode, abandon: Option<i64>, rec: &Checkpoint, src_rev: i64) -> Harness {
+    let mut cfg = config(mode);
+    cfg.initial_sync.abandon_watermark = abandon;
+    let mut h = Harness::new(cfg, 31);
+    h.auto_proof = false;
+    answer_probes(&mut h, ("3.5.13", 1, src_rev), ("3.5.13", 2, 15));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(15, vec![kv(FENCE, &rec.encode(), 15)], false)));
+    h
+}
+
+/// The one command must be the proof read; returns its id and request.
+fn proof(h: &mut Harness) -> (u64, RangeRequest) {
+    let (id, cmd) = one(h.drain());
+    match cmd {
+        Command::Range(r) if is_history_proof(&Command::Range(r.clone())) => (id, r),
+        other => panic!("expected the source-history read, got {other:?}"),
+    }
+}
+
+fn failed(h: &mut Harness) -> (FailKind, String) {
+    match h.stopped() {
+        Some(StopReason::Failed { kind, message }) => (kind, message),
+        other => panic!("expected a failed stop, got {other:?}"),
+    }
+}
+
+/// No Txn of any kind was ever emitted (not even the claim).
+fn wrote_nothing(h: &Harness) -> bool {
+    !h.log.iter().any(|o| {
+        matches!(
+            o,
+            Output::Command {
+                cmd: Command::Txn(_),
+                ..
+            }
+        )
+    })
+}
+
+#[test]
+fn a_source_below_the_watermark_is_refused_before_the_claim() {
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 21);
+    let (id, r) = proof(&mut h);
+    assert_eq!(
+        (r.cluster, r.key.as_slice(), r.revision),
+        (Cluster::Source, &b"/app/k"[..], 90),
+        "the anchor is read pinned at its own revision"
+    );
+    // The restored source is at revision 21 and never had revision 90.
+    h.done(id, Ok(range(21, vec![], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(msg.contains("revision 21") && msg.contains("100"), "{msg}");
+    assert!(msg.contains("abandonWatermark: 100"), "{msg}");
+    assert!(wrote_nothing(&h));
+    assert!(h.m.status().condition(ConditionType::SourceHistoryMismatch));
+}
+
+#[test]
+fn a_snapshot_newer_than_the_anchor_but_older_than_the_watermark_is_refused() {
+    // Restored from a snapshot at revision 95: the anchor's put (90) is in it, but the
+    // revisions 96..=100 the target copied are not.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 95);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(95, vec![anchor_kv()], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(msg.contains("revision 95, below revision 100"), "{msg}");
+    assert!(wrote_nothing(&h));
+}
+
+#[test]
+fn a_source_past_the_watermark_with_another_history_is_refused() {
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 500);
+    let (id, _) = proof(&mut h);
+    // Revision 90 of the new history wrote /app/k with another value and create revision.
+    let other = KeyValue {
+        value: b"w".to_vec(),
+        create_revision: 12,
+        version: 1,
+        ..anchor_kv()
+    };
+    h.done(id, Ok(range(500, vec![other], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(
+        msg.contains("create revision 12, expected 80") && msg.contains("value differs"),
+        "{msg}"
+    );
+    // The key is redacted in the message.
+    assert!(!msg.contains("/app/k"), "{msg}");
+    assert!(wrote_nothing(&h));
+}
+
+#[test]
+fn the_same_history_resumes_and_later_writes_record_a_newer_anchor() {
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 120);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    // The claim keeps the watermark and the anchor, and writes record version 2.
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!(
+        (rec.v, rec.watermark, rec.anchor.clone()),
+        (2, 100, anchored(100).anchor)
+    );
+    h.done(id, Ok(txn_ok(16)));
+    let (wid, cmd) = one(h.drain());
+    let Command::Watch(w) = cmd else {
+        panic!("{cmd:?}")
+    };
+    assert_eq!(w.start_revision, 101);
+    // The watch is established: its events wait for a proof made after it.
+    h.done(wid, Ok(Reply::WatchStarted));
+    h.watch(
+        w.watch_id,
+        WatchEvent::Events {
+            header_revision: 121,
+            events: vec![put_ev(b"/app/n", b"1", 121)],
+        },
+    );
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(121, vec![anchor_kv()], false)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/n", b"1")]);
+    let rec = fence_of(&cmd);
+    assert_eq!(rec.watermark, 121);
+    let a = rec.anchor.unwrap();
+    assert_eq!((a.key.as_slice(), a.rev), (&b"/app/n"[..], 121));
+    assert!(!h.m.status().condition(ConditionType::SourceHistoryMismatch));
+}
+
+#[test]
+fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_refused_when_it_changed() {
+    // Unchanged since: the key read now is still the anchor's put.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::Compacted { rev: 250 }));
+    let (id, r) = proof(&mut h);
+    assert_eq!(r.revision, 0, "the fallback reads the key as it is now");
+    h.done(id, Ok(range(300, vec![anchor_kv()], false)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+
+    // Changed since: nothing can prove the history; at connect the agent stops.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::Compacted { rev: 250 }));
+    let (id, _) = proof(&mut h);
+    let later = KeyValue {
+        mod_revision: 260,
+        version: 4,
+        value: b"z".to_vec(),
+        ..anchor_kv()
+    };
+    h.done(id, Ok(range(300, vec![later], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryUnverified);
+    assert!(
+        msg.contains("compact revision 250") && msg.contains("watermark 100"),
+        "{msg}"
+    );
+    assert!(wrote_nothing(&h));
+}
+
+#[test]
+fn a_future_anchor_revision_is_a_mismatch() {
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 100);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::FutureRevision));
+    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    assert!(wrote_nothing(&h));
+}
+
+#[test]
+fn abandon_watermark_copies_the_new_source_afresh_only_when_the_proof_fails() {
+    // The proof fails and the operator named this watermark: a fresh genesis.
+    let mut h = start(
+        InitialSyncMode::OverwriteAndPrune,
+        Some(100),
+        &anchored(100),
+        21,
+    );
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(21, vec![], false)));
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!(
+        (rec.watermark, rec.anchor, rec.prune_pending, rec.epoch),
+        (0, None, true, 5)
+    );
+    assert!(h.m.status().condition(ConditionType::SourceHistoryMismatch));
+    h.done(id, Ok(txn_ok(16)));
+    // Genesis reads R0 from the new source: its low revision is no longer a violation.
+    let (id, cmd) = one(h.drain());
+    let Command::Range(r) = &cmd else {
+        panic!("{cmd:?}")
+    };
+    assert!(r.count_only && r.cluster == Cluster::Source);
+    h.done(id, Ok(range(21, vec![], false)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).scan.unwrap().base, 21);
+
+    // A stale abandonWatermark never acts on a proven history.
+    let mut h = start(
+        InitialSyncMode::OverwriteAndPrune,
+        Some(100),
+        &anchored(100),
+        120,
+    );
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).watermark, 100);
+
+    // And one naming another watermark does not either.
+    let mut h = start(
+        InitialSyncMode::OverwriteAndPrune,
+        Some(99),
+        &anchored(100),
+        21,
+    );
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(21, vec![], false)));
+    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    assert!(wrote_nothing(&h));
+}
+
+#[test]
+fn a_record_without_an_anchor_is_checked_by_revision_and_upgraded() {
+    let v1 = found_record(4, 100);
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &v1, 100);
+    let (id, r) = proof(&mut h);
+    assert!(r.keys_only && r.revision == 0);
+    h.done(id, Ok(range(100, vec![], false)));
+    let (_, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!((rec.v, rec.watermark), (2, 100));
+    let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
+    assert_eq!((c.status, c.reason.as_str()), (false, "RevisionOnly"));
+
+    // The same record against a source that went back below it.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &v1, 100);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(40, vec![], false)));
+    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+}
+
+#[test]
+fn a_restore_while_tailing_stops_before_the_new_history_is_written() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 33);
+    let w = cold_start(&mut h, "3.5.13");
+    h.auto_proof = false;
+    // The source process is replaced: the watch breaks, and the agent reopens it.
+    h.watch(
+        w,
+        WatchEvent::Failed {
+            failure: Failure::Transient {
+                message: "connection reset".into(),
+            },
+        },
+    );
+    // The proof is issued at once (the history is unproven after a break).
+    let (id, r) = proof(&mut h);
+    assert_eq!(r.cluster, Cluster::Source);
+    // Restored from a snapshot taken at revision 70: the anchor (/app/b at 60) is there,
+    // but the source is below the watermark 100 it had reached.
+    let mut anchor_kv = kv(b"/app/b", b"2", 60);
+    anchor_kv.create_revision = 60;
+    h.done(id, Ok(range(70, vec![anchor_kv], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(msg.contains("revision 70"), "{msg}");
+}
+
+#[test]
+fn events_from_a_new_watch_wait_for_the_proof_and_are_never_written_on_a_mismatch() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 34);
+    let w = cold_start(&mut h, "3.5.13");
+    h.auto_proof = false;
+    // A linearizable read reports the source far ahead: a new history that overtook it.
+    h.watch(
+        w,
+        WatchEvent::Failed {
+            failure: Failure::Transient {
+                message: "connection reset".into(),
+            },
+        },
+    );
+    let (id, r) = proof(&mut h);
+    // This proof is answered by the old source, honestly: it passes.
+    let honest = h.proof_answer(&Command::Range(r));
+    h.done(id, Ok(honest));
+    // The watch reopens (after its backoff) on the new source and is established there.
+    h.advance(std::time::Duration::from_secs(60));
+    let cmds = h.drain();
+    let (wid, w2) = cmds
+        .iter()
+        .find_map(|(id, c)| match c {
+            Command::Watch(w) => Some((*id, w.watch_id)),
+            _ => None,
+        })
+        .expect("the watch reopens");
+    h.done(wid, Ok(Reply::WatchStarted));
+    h.watch(
+        w2,
+        WatchEvent::Events {
+            header_revision: 400,
+            events: vec![put_ev(b"/app/x", b"new", 101)],
+        },
+    );
+    // No Txn yet: the events wait for a proof made after the watch was established.
+    let cmds = h.drain();
+    assert!(
+        !cmds.iter().any(|(_, c)| matches!(c, Command::Txn(_))),
+        "{cmds:#?}"
+    );
+    let (id, _) = cmds
+        .into_iter()
+        .find(|(_, c)| is_history_proof(c))
+        .expect("a proof after the new watch");
+    // The new history answers below what the old one reached.
+    h.done(id, Ok(range(99, vec![], false)));
+    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    let txns_after_cold_start = h
+        .log
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Command {
+                    cmd: Command::Txn(t),
+                    ..
+                } if t.success.iter().any(|op| op.key() == b"/mirror/x")
+            )
+        })
+        .count();
+    assert_eq!(
+        txns_after_cold_start, 0,
+        "the new history's event was never written"
+    );
+}
