@@ -4,14 +4,18 @@
 //! constraints (fail closed), re-encodes, decodes to the same record, and encodes
 //! canonically (encode . decode . encode == encode).
 
-use tidemark_core::mirror::checkpoint::{Checkpoint, VERSION};
+use tidemark_core::mirror::checkpoint::{Checkpoint, OLDEST_READABLE, VERSION};
 
 pub fn run(data: &[u8]) {
     let Ok(c) = Checkpoint::decode(data) else {
         return;
     };
     // What acceptance promises, checked independently of the decoder's own checks.
-    assert_eq!(c.v, VERSION, "accepted an unknown version");
+    assert!(
+        (OLDEST_READABLE..=VERSION).contains(&c.v),
+        "accepted an unknown version {}",
+        c.v
+    );
     assert!(!c.link.is_empty(), "accepted an empty link");
     assert!(
         c.holder.len() == 32 && c.holder.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -33,6 +37,17 @@ pub fn run(data: &[u8]) {
         assert!(
             s.base_count.is_none_or(|n| n >= 0),
             "accepted a negative scan.base_count"
+        );
+    }
+    if let Some(a) = &c.anchor {
+        assert!(c.v >= 2, "accepted an anchor in a version 1 record");
+        assert!(!a.key.is_empty(), "accepted an empty anchor key");
+        assert!(a.create >= 1 && a.rev >= a.create, "accepted anchor revisions {a:?}");
+        assert!(a.ver >= 1, "accepted anchor version {}", a.ver);
+        assert!(
+            a.sha.len() == 16 && a.sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "accepted anchor digest {:?}",
+            a.sha
         );
     }
     let enc = c.encode();
