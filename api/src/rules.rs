@@ -137,6 +137,17 @@ pub fn rules() -> Vec<Rule> {
         message: "initialSync.startRevision must be 0 (scan) or a positive source revision".into(),
         field_path: Some(".initialSync.startRevision"),
     });
+    r.push(Rule {
+        id: "abandon-watermark-positive",
+        node: vec![],
+        rule: "!has(self.initialSync) || !has(self.initialSync.abandonWatermark) || \
+               self.initialSync.abandonWatermark > 0"
+            .into(),
+        message: "initialSync.abandonWatermark must be the positive fence watermark that \
+                  SourceHistoryMismatch reported; omit it otherwise"
+            .into(),
+        field_path: Some(".initialSync.abandonWatermark"),
+    });
 
     for side in ["source", "target"] {
         let prefix = |x: &str| or_default(x, "prefix", "''");

@@ -196,7 +196,9 @@ fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_refused_when_it_changed(
     let (kind, msg) = failed(&mut h);
     assert_eq!(kind, FailKind::SourceHistoryUnverified);
     assert!(
-        msg.contains("compact revision 250") && msg.contains("watermark 100"),
+        msg.contains("compact revision 250")
+            && msg.contains("watermark 100")
+            && msg.contains("source revision 300"),
         "{msg}"
     );
     assert!(wrote_nothing(&h));
@@ -207,7 +209,13 @@ fn a_future_anchor_revision_is_a_mismatch() {
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 100);
     let (id, _) = proof(&mut h);
     h.done(id, Err(Failure::FutureRevision));
-    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    // Only to name the source's revision: the key as it is now.
+    let (id, r) = proof(&mut h);
+    assert_eq!(r.revision, 0);
+    h.done(id, Ok(range(60, vec![], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(msg.contains("at revision 60, below revision 100"), "{msg}");
     assert!(wrote_nothing(&h));
 }
 
@@ -378,4 +386,25 @@ fn events_from_a_new_watch_wait_for_the_proof_and_are_never_written_on_a_mismatc
         txns_after_cold_start, 0,
         "the new history's event was never written"
     );
+}
+
+#[test]
+fn an_anchor_read_ahead_of_the_watermark_that_the_source_never_reached_is_a_mismatch() {
+    // Anchors come from reads that can run ahead of the watermark (scan read-ahead, events
+    // not yet applied), so the source may pass the floor and still miss the anchor.
+    let mut rec = anchored(100);
+    let ahead = KeyValue {
+        mod_revision: 105,
+        ..anchor_kv()
+    };
+    rec.anchor = Some(Anchor::of(&ahead));
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &rec, 102);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::FutureRevision));
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(102, vec![], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(msg.contains("at revision 102, below revision 105"), "{msg}");
+    assert!(wrote_nothing(&h));
 }

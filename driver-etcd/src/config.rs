@@ -18,6 +18,8 @@ pub struct Overrides {
     pub mode: Option<Mode>,
     pub initial_sync_mode: Option<InitialSyncMode>,
     pub start_revision: Option<i64>,
+    /// `initialSync.abandonWatermark`: the way forward after `SourceHistoryMismatch`.
+    pub abandon_watermark: Option<i64>,
     pub max_txn_ops: Option<u32>,
     pub link: Option<String>,
     /// Turns the periodic pass on with this interval.
@@ -52,6 +54,9 @@ impl Overrides {
         }
         if let Some(r) = self.start_revision {
             c.initial_sync.start_revision = r;
+        }
+        if let Some(w) = self.abandon_watermark {
+            c.initial_sync.abandon_watermark = Some(w);
         }
         if let Some(n) = self.max_txn_ops {
             c.sync.max_txn_ops = n;
@@ -268,6 +273,36 @@ reconciliation: {enabled: true, interval: 5m, deleteOrphans: true}
         };
         let err = load(&p, &o).unwrap_err().to_string();
         assert!(err.contains("reconciliation.interval"), "{err}");
+    }
+
+    #[test]
+    fn abandon_watermark_from_file_and_flag() {
+        let d = tempfile::tempdir().unwrap();
+        let p = write(
+            d.path(),
+            "m.yaml",
+            r#"
+source: {endpointList: ["http://127.0.0.1:2379"], prefix: /app/}
+target: {endpointList: ["http://127.0.0.1:22379"], prefix: /mirror/}
+initialSync: {mode: OverwriteAndPrune, abandonWatermark: 21}
+"#,
+        );
+        let c = load(&p, &Overrides::default()).unwrap();
+        assert_eq!(c.initial_sync.abandon_watermark, Some(21));
+        let o = Overrides {
+            abandon_watermark: Some(7),
+            ..Default::default()
+        };
+        assert_eq!(
+            load(&p, &o).unwrap().initial_sync.abandon_watermark,
+            Some(7)
+        );
+        let o = Overrides {
+            abandon_watermark: Some(0),
+            ..Default::default()
+        };
+        let err = load(&p, &o).unwrap_err().to_string();
+        assert!(err.contains("initialSync.abandonWatermark"), "{err}");
     }
 
     #[test]

@@ -174,6 +174,12 @@ struct OverrideArgs {
     /// Override initialSync.startRevision.
     #[arg(long, value_name = "REV")]
     start_revision: Option<i64>,
+    /// Set initialSync.abandonWatermark: the fence watermark that a SourceHistoryMismatch
+    /// (or SourceHistoryUnverified) failure reported. Only a failed source-history proof on
+    /// a checkpoint at exactly this watermark abandons it and copies the current source
+    /// afresh with initialSync.mode; a proven history ignores it.
+    #[arg(long, value_name = "W")]
+    abandon_watermark: Option<i64>,
     /// Override sync.maxTxnOps.
     #[arg(long, value_name = "N")]
     max_txn_ops: Option<u32>,
@@ -209,6 +215,7 @@ impl OverrideArgs {
                 InitialSyncArg::OverwriteAndPrune => InitialSyncMode::OverwriteAndPrune,
             }),
             start_revision: self.start_revision,
+            abandon_watermark: self.abandon_watermark,
             max_txn_ops: self.max_txn_ops,
             link: self.link.clone(),
             reconcile_interval: self.reconcile_interval,

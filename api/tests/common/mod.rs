@@ -112,6 +112,18 @@ pub fn cases() -> Vec<Case> {
             with(|v| v["initialSync"] = json!({"mode": "OverwriteAndPrune", "startRevision": 1})),
         ),
         case(
+            "abandonWatermark with OverwriteAndPrune",
+            None,
+            with(|v| {
+                v["initialSync"] = json!({"mode": "OverwriteAndPrune", "abandonWatermark": 21})
+            }),
+        ),
+        case(
+            "abandonWatermark with the default mode",
+            None,
+            with(|v| v["initialSync"] = json!({"abandonWatermark": 1})),
+        ),
+        case(
             "explicit checkpoint key under the range",
             None,
             with(|v| v["checkpoint"] = json!({"key": format!("/mirror/{nul}fence")})),
@@ -234,6 +246,16 @@ pub fn cases() -> Vec<Case> {
             "negative startRevision",
             Some("start-revision-not-negative"),
             with(|v| v["initialSync"] = json!({"mode": "Overwrite", "startRevision": -1})),
+        ),
+        case(
+            "zero abandonWatermark",
+            Some("abandon-watermark-positive"),
+            with(|v| v["initialSync"] = json!({"mode": "Overwrite", "abandonWatermark": 0})),
+        ),
+        case(
+            "negative abandonWatermark",
+            Some("abandon-watermark-positive"),
+            with(|v| v["initialSync"] = json!({"abandonWatermark": -5})),
         ),
         case(
             "checkpoint key outside the range",

@@ -237,6 +237,37 @@ impl Etcd {
         );
     }
 
+    /// The member's data dir.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The value of the member's `--<name>=<value>` flag.
+    pub fn flag(&self, name: &str) -> Option<String> {
+        let p = format!("--{name}=");
+        self.args
+            .iter()
+            .find_map(|a| a.strip_prefix(p.as_str()))
+            .map(str::to_string)
+    }
+
+    /// The etcd binary this member runs.
+    pub fn bin(&self) -> &std::path::Path {
+        &self.bin
+    }
+
+    /// Stops the member and removes its data dir. [`Etcd::restart`] then starts it with the
+    /// same flags (name, client and peer URLs, `--initial-cluster`, cluster token), so the
+    /// fresh cluster gets the same cluster ID; or restore a snapshot into
+    /// [`Etcd::data_dir`] first.
+    pub fn wipe(&mut self) {
+        self.kill();
+        let data = self.data_dir();
+        if data.exists() {
+            std::fs::remove_dir_all(&data).expect("remove the data dir");
+        }
+    }
+
     /// Restarts with edited flags (e.g. a larger quota), same data dir and ports.
     pub async fn restart_with(&mut self, edit: impl FnOnce(&mut Vec<String>)) {
         edit(&mut self.args);

@@ -38,8 +38,11 @@ pub(super) struct History {
     issued: BTreeMap<CommandId, i64>,
     /// The highest header seen on the current watch stream.
     watch_header: i64,
-    /// The compact revision that refused the pinned anchor read.
+    /// The compact revision that refused the pinned anchor read (0: not reported).
     compacted_at: Option<i64>,
+    /// The pinned anchor read was refused as a future revision: the unpinned read that
+    /// follows only learns the source's revision for the message.
+    future: bool,
     /// The newest in-range put seen: the anchor the next data write records.
     pub(super) candidate: Option<Anchor>,
 }
@@ -51,6 +54,7 @@ impl History {
         self.verified = false;
         self.proving = false;
         self.compacted_at = None;
+        self.future = false;
     }
 
     /// Offers a key-value the source reported; the newest in-range put becomes the next anchor.
@@ -239,6 +243,12 @@ impl Mirror {
                 self.history.compacted_at = Some(rev);
                 return self.issue_proof(false);
             }
+            Err(Failure::FutureRevision) if pinned && rec.anchor.is_some() => {
+                // The source never reached the anchor's revision. Read the key as it is
+                // now, only to name the source's revision in the message.
+                self.history.future = true;
+                return self.issue_proof(false);
+            }
             Err(Failure::FutureRevision) => {
                 let a = rec.anchor.as_ref().map_or(0, |a| a.rev);
                 let what = format!(
@@ -276,13 +286,24 @@ impl Mirror {
                 }
             };
         }
-        let compact = self.history.compacted_at.unwrap_or(0);
+        let h = r.header_revision;
+        if self.history.future {
+            let what = format!(
+                "the source is at revision {h}, below revision {} where this mirror copied the checkpoint's anchor (checkpoint watermark {w})",
+                a.rev
+            );
+            return self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+        }
+        let compacted = match self.history.compacted_at {
+            Some(c) if c > 0 => format!("compacted (compact revision {c})"),
+            _ => "compacted".to_string(),
+        };
         match kv {
             Some(kv) if kv.mod_revision == a.rev => match a.mismatch(Some(kv)) {
                 None => self.history_proven(now, "Proven", String::new()),
                 Some(diff) => {
                     let what = format!(
-                        "the key {key} was last written at source revision {}, as when this mirror copied it, but {diff} (checkpoint watermark {w})",
+                        "the key {key} was last written at source revision {}, as when this mirror copied it, but {diff} (checkpoint watermark {w}, source revision {h})",
                         a.rev
                     );
                     self.history_failed(now, FailKind::SourceHistoryMismatch, what)
@@ -290,7 +311,7 @@ impl Mirror {
             },
             _ => {
                 let what = format!(
-                    "the checkpoint's anchor at source revision {} is compacted (compact revision {compact}) and the key {key} changed since, so the source cannot be proven to be the history the target copy came from (checkpoint watermark {w})",
+                    "the checkpoint's anchor at source revision {} is {compacted} and the key {key} changed since, so the source cannot be proven to be the history the target copy came from (checkpoint watermark {w}, source revision {h})",
                     a.rev
                 );
                 if self.history.at_connect {
