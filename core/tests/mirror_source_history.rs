@@ -293,12 +293,11 @@ fn a_record_without_an_anchor_is_checked_by_revision_and_upgraded() {
     assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
 }
 
-#[test]
-fn a_restore_while_tailing_stops_before_the_new_history_is_written() {
-    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 33);
+/// A cold-synced agent (watermark 100) whose watch just broke; proofs answered by hand.
+fn synced_then_watch_broken(seed: u64) -> Harness {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), seed);
     let w = cold_start(&mut h, "3.5.13");
     h.auto_proof = false;
-    // The source process is replaced: the watch breaks, and the agent reopens it.
     h.watch(
         w,
         WatchEvent::Failed {
@@ -307,6 +306,13 @@ fn a_restore_while_tailing_stops_before_the_new_history_is_written() {
             },
         },
     );
+    h
+}
+
+#[test]
+fn a_restore_while_tailing_stops_before_the_new_history_is_written() {
+    // The source process is replaced: the watch breaks, and the agent reopens it.
+    let mut h = synced_then_watch_broken(33);
     // The proof is issued at once (the history is unproven after a break).
     let (id, r) = proof(&mut h);
     assert_eq!(r.cluster, Cluster::Source);
@@ -322,18 +328,7 @@ fn a_restore_while_tailing_stops_before_the_new_history_is_written() {
 
 #[test]
 fn events_from_a_new_watch_wait_for_the_proof_and_are_never_written_on_a_mismatch() {
-    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 34);
-    let w = cold_start(&mut h, "3.5.13");
-    h.auto_proof = false;
-    // A linearizable read reports the source far ahead: a new history that overtook it.
-    h.watch(
-        w,
-        WatchEvent::Failed {
-            failure: Failure::Transient {
-                message: "connection reset".into(),
-            },
-        },
-    );
+    let mut h = synced_then_watch_broken(34);
     let (id, r) = proof(&mut h);
     // This proof is answered by the old source, honestly: it passes.
     let honest = h.proof_answer(&Command::Range(r));
