@@ -170,19 +170,30 @@ fn the_same_history_resumes_and_later_writes_record_a_newer_anchor() {
 }
 
 #[test]
-fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_refused_when_it_changed() {
+fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_reported_when_it_changed() {
     // Unchanged since: the key read now is still the anchor's put.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
     let (id, _) = proof(&mut h);
     h.done(id, Err(Failure::Compacted { rev: 250 }));
+    // The put still holds at the watermark (no later put or delete of the key was seen).
     let (id, r) = proof(&mut h);
-    assert_eq!(r.revision, 0, "the fallback reads the key as it is now");
+    assert_eq!(
+        r.revision, 100,
+        "the fallback reads the key at the watermark"
+    );
+    h.done(id, Err(Failure::Compacted { rev: 250 }));
+    let (id, r) = proof(&mut h);
+    assert_eq!(r.revision, 0, "then the key as it is now");
     h.done(id, Ok(range(300, vec![anchor_kv()], false)));
     let (_, cmd) = one(h.drain());
     assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
 
-    // Changed since: nothing can prove the history; at connect the agent stops.
+    // Changed since: nothing proves or disproves the history. The revision floor held, so
+    // the agent goes on (a stop here would make every restart after compaction an outage)
+    // and says so in the condition.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::Compacted { rev: 250 }));
     let (id, _) = proof(&mut h);
     h.done(id, Err(Failure::Compacted { rev: 250 }));
     let (id, _) = proof(&mut h);
@@ -193,15 +204,17 @@ fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_refused_when_it_changed(
         ..anchor_kv()
     };
     h.done(id, Ok(range(300, vec![later], false)));
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryUnverified);
+    let (_, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+    let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
+    assert_eq!((c.status, c.reason.as_str()), (false, "AnchorCompacted"));
     assert!(
-        msg.contains("compact revision 250")
-            && msg.contains("watermark 100")
-            && msg.contains("source revision 300"),
-        "{msg}"
+        c.message.contains("compact revision 250")
+            && c.message.contains("watermark 100")
+            && c.message.contains("source revision 300"),
+        "{}",
+        c.message
     );
-    assert!(wrote_nothing(&h));
 }
 
 #[test]
@@ -402,4 +415,64 @@ fn an_anchor_read_ahead_of_the_watermark_that_the_source_never_reached_is_a_mism
     assert_eq!(kind, FailKind::SourceHistoryMismatch);
     assert!(msg.contains("at revision 102, below revision 105"), "{msg}");
     assert!(wrote_nothing(&h));
+}
+
+#[test]
+fn a_compacted_anchor_is_read_back_at_the_watermark() {
+    // The restored history compacted past the anchor (90) but not past the watermark (100),
+    // and wrote the key there with another value: refused.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::Compacted { rev: 95 }));
+    let (id, r) = proof(&mut h);
+    assert_eq!((r.key.as_slice(), r.revision), (&b"/app/k"[..], 100));
+    let other = KeyValue {
+        mod_revision: 97,
+        version: 1,
+        create_revision: 97,
+        ..anchor_kv()
+    };
+    h.done(id, Ok(range(300, vec![other], false)));
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(msg.contains("mod revision 97, expected 90"), "{msg}");
+    assert!(wrote_nothing(&h));
+
+    // The same history: the put is still there at the watermark.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::Compacted { rev: 95 }));
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(300, vec![anchor_kv()], false)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+
+    // A key the mirror saw deleted is not read at the watermark (it is absent there).
+    let mut rec = anchored(100);
+    rec.anchor.as_mut().unwrap().gone = true;
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &rec, 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::Compacted { rev: 95 }));
+    let (_, r) = proof(&mut h);
+    assert_eq!(r.revision, 0);
+}
+
+#[test]
+fn a_delete_of_the_anchor_key_is_recorded() {
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 35);
+    let w = cold_start(&mut h, "3.5.13");
+    // The cold start's newest put is /app/b at 60; a delete of it is applied.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![del_ev(b"/app/b", 101)],
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    let a = fence_of(&cmd).anchor.unwrap();
+    assert_eq!(
+        (a.key.as_slice(), a.rev, a.gone),
+        (&b"/app/b"[..], 60, true)
+    );
 }

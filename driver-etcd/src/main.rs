@@ -175,7 +175,7 @@ struct OverrideArgs {
     #[arg(long, value_name = "REV")]
     start_revision: Option<i64>,
     /// Set initialSync.abandonWatermark: the fence watermark that a SourceHistoryMismatch
-    /// (or SourceHistoryUnverified) failure reported. Only a failed source-history proof on
+    /// failure reported. Only a failed source-history proof on
     /// a checkpoint at exactly this watermark abandons it and copies the current source
     /// afresh with initialSync.mode; a proven history ignores it.
     #[arg(long, value_name = "W")]

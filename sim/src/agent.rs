@@ -104,6 +104,9 @@ pub struct Agent {
     pub passes_seen: u64,
     /// When this incarnation's last reported pass started.
     pub last_pass_start: Option<u64>,
+    /// The newest source history (restores before it) this incarnation has received data
+    /// from: what its writes are judged against (see [`crate::restore`]).
+    pub source_epoch: u32,
 }
 
 impl Agent {

@@ -30,6 +30,15 @@
 //!
 //! The drain (a) and pass-count (c) invariants are checked by the world, which sees the
 //! agents' status.
+//!
+//! Source restores (see `crate::restore`): "`source@W`" is read in the history the writer's
+//! knowledge came from, its *basis* ([`Issuer::epoch`]); the world passes that history's
+//! store. A record written from the new history is judged against the new history (a record
+//! that mixes the two is a false promise and breaks (a)); a commit written from the old one
+//! (in flight when the source was restored) against the old one, and records written before
+//! a restore are never judged again. (c) compares watermarks within one history: abandoning
+//! a checkpoint after a restore (`initialSync.abandonWatermark`) starts the new history's
+//! watermarks from 0.
 
 use crate::model::store::in_range;
 use crate::model::Store;
@@ -58,6 +67,11 @@ pub struct Issuer {
     pub mode: InitialSyncMode,
     /// `reconciliation.deleteOrphans` of the issuing agent.
     pub delete_orphans: bool,
+    /// The source history the issuer's knowledge came from when it sent the write (the
+    /// number of source restores before the newest source data it had received).
+    pub epoch: u32,
+    /// `initialSync.abandonWatermark` of the issuing agent.
+    pub abandon: Option<i64>,
 }
 
 /// Drift injected into the target range behind the mirror's back.
@@ -96,20 +110,24 @@ pub struct Checker {
     pub oracle: Oracle,
     lost: BTreeSet<String>,
     pub fence: Option<Fence>,
-    settled_watermark: i64,
+    /// The highest settled watermark written, per source history.
+    settled: BTreeMap<u32, i64>,
     foreign: BTreeSet<Vec<u8>>,
     /// Full-range comparisons done (invariant (a)).
     pub deep_checks: u64,
     /// Incremental checks of invariant (a).
     pub incremental_checks: u64,
-    /// The watermark of the last passed (a) check; None before the first (full) one.
-    checked_w: Option<i64>,
+    /// The history and watermark of the last passed (a) check; None before the first (full)
+    /// one, and a check in another history starts over with a full one.
+    checked: Option<(u32, i64)>,
     /// Target keys written since that check (they may now differ).
     dirty: BTreeSet<Vec<u8>>,
     /// Drift injected behind the mirror.
     pub drift: Drift,
     /// When the fence flipped to `Primary` (cut-over), if it did.
     pub primary_at: Option<u64>,
+    /// The source history the cut-over commit was written from.
+    pub primary_epoch: u32,
 }
 
 fn v(invariant: &str, at_ns: u64, detail: String) -> Violation {
@@ -136,14 +154,15 @@ impl Checker {
             oracle,
             lost: BTreeSet::new(),
             fence: None,
-            settled_watermark: 0,
+            settled: BTreeMap::new(),
             foreign: BTreeSet::new(),
             deep_checks: 0,
             incremental_checks: 0,
-            checked_w: None,
+            checked: None,
             dirty: BTreeSet::new(),
             drift: Drift::default(),
             primary_at: None,
+            primary_epoch: 0,
         }
     }
 
@@ -345,19 +364,28 @@ impl Checker {
                 self.lost.insert(prev.holder.clone());
             }
         }
-        // (c) monotonic watermark.
-        if f.scan_base.is_none() && f.watermark < self.settled_watermark {
+        // (c) monotonic watermark, within the writer's source history. An agent told to
+        // abandon the checkpoint holding exactly this watermark starts over from 0.
+        let abandoning = who.abandon.is_some()
+            && self.fence.as_ref().map(|p| p.watermark) == who.abandon
+            && f.watermark < who.abandon.unwrap_or(0);
+        if abandoning {
+            self.settled.insert(who.epoch, 0);
+        }
+        let settled = self.settled.get(&who.epoch).copied().unwrap_or(0);
+        if f.scan_base.is_none() && f.watermark < settled {
             return Err(v(
                 "c-watermark-regressed",
                 now,
                 format!(
-                    "fence watermark {} below the settled watermark {} (holder {}, split {:?})",
-                    f.watermark, self.settled_watermark, f.holder, f.split
+                    "fence watermark {} below the settled watermark {settled} (holder {}, split {:?}, source history {})",
+                    f.watermark, f.holder, f.split, who.epoch
                 ),
             ));
         }
         if f.settled() {
-            self.settled_watermark = self.settled_watermark.max(f.watermark);
+            let s = self.settled.entry(who.epoch).or_default();
+            *s = (*s).max(f.watermark);
         }
         // (e) RequireEmpty.
         let data_ops = ops
@@ -398,6 +426,7 @@ impl Checker {
         }
         if f.role == "Primary" && self.primary_at.is_none() {
             self.primary_at = Some(now);
+            self.primary_epoch = who.epoch;
         }
         self.fence = Some(f.clone());
         for e in target.events_at(target.rev()) {
@@ -405,27 +434,33 @@ impl Checker {
         }
         // (a) watermark invariant. Watermark 0 promises nothing: no revision was mirrored.
         if f.settled() && f.watermark > 0 {
-            self.check_incremental(now, f.watermark, source, target)?;
+            self.check_incremental(now, who.epoch, f.watermark, source, target)?;
         }
         Ok(())
     }
 
-    /// Invariant (a) at `w`, looking only at keys that may have changed since the last
-    /// passed check: target keys written since, and keys the source changed between the two
-    /// watermarks (in either direction). Equivalent to [`Checker::check_equal`] because
-    /// every other key was equal at the last check and has not moved on either side.
+    /// Invariant (a) at `w` in source history `epoch`, looking only at keys that may have
+    /// changed since the last passed check: target keys written since, and keys the source
+    /// changed between the two watermarks (in either direction). Equivalent to
+    /// [`Checker::check_equal`] because every other key was equal at the last check and has
+    /// not moved on either side. A check in another history than the last is a full one.
     fn check_incremental(
         &mut self,
         now: u64,
+        epoch: u32,
         w: i64,
         source: &Store,
         target: &Store,
     ) -> Result<(), Violation> {
-        let Some(prev) = self.checked_w else {
-            self.check_equal(now, w, source, target)?;
-            self.checked_w = Some(w);
-            self.dirty.clear();
-            return Ok(());
+        let prev = match self.checked {
+            Some((e, prev)) if e == epoch => prev,
+            _ => {
+                self.checked = None;
+                self.check_equal(now, w, source, target)?;
+                self.checked = Some((epoch, w));
+                self.dirty.clear();
+                return Ok(());
+            }
         };
         if w > source.rev() {
             return Err(v(
@@ -472,7 +507,7 @@ impl Checker {
                 return Err(v("a-watermark", now, detail));
             }
         }
-        self.checked_w = Some(w);
+        self.checked = Some((epoch, w));
         Ok(())
     }
 

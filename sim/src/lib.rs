@@ -13,6 +13,7 @@ pub mod invariants;
 pub mod model;
 pub mod oracle;
 pub mod reference;
+pub mod restore;
 pub mod runner;
 pub mod schedule;
 pub mod trace;

@@ -30,16 +30,28 @@ pub enum FaultyMode {
     DropWatchEvent,
     /// After a crash, apply the crashed agent's last commit once more.
     ApplyTwiceAfterCrash,
+    /// A lying stale replica: the source-history proof read (a single-key source Range,
+    /// empty `range_end`, `limit: 1`, not `count_only`) is answered from a copy of the source
+    /// taken just before the most recent [`Fault::RestoreSource`], so a proof that should
+    /// fail passes. Needs the real core and a restore fault to bite.
+    StaleHistoryProof,
 }
 
 impl FaultyMode {
     /// Every mode.
-    pub const ALL: [FaultyMode; 4] = [
+    pub const ALL: [FaultyMode; 5] = [
         FaultyMode::DropFenceCompare,
         FaultyMode::ReorderCommits,
         FaultyMode::DropWatchEvent,
         FaultyMode::ApplyTwiceAfterCrash,
+        FaultyMode::StaleHistoryProof,
     ];
+
+    /// Whether the mode only shows against the real core (the reference double makes no
+    /// source-history proof, so a lie about one changes nothing).
+    pub fn needs_core(self) -> bool {
+        self == FaultyMode::StaleHistoryProof
+    }
 }
 
 /// Which cluster a fault hits.
@@ -93,6 +105,16 @@ pub enum Fault {
     ReconcileNow,
     /// The operator pauses every running agent for `ms`.
     Pause { ms: u64 },
+    /// The source is restored from an older snapshot and restarted: same cluster and member
+    /// IDs, MVCC state and revision rewound to `back` revisions before the current one
+    /// (compact revision at most that), every watch stream broken and every request refused
+    /// for `down_ms`. The workload goes on writing the new history; with `overtake` it first
+    /// writes until the new history is past the old revision, before any agent can see it.
+    RestoreSource {
+        back: u32,
+        overtake: bool,
+        down_ms: u64,
+    },
 }
 
 impl Fault {
@@ -119,6 +141,7 @@ impl Fault {
             Fault::DrainNow => "drain",
             Fault::ReconcileNow => "reconcile_now",
             Fault::Pause { .. } => "pause",
+            Fault::RestoreSource { .. } => "restore_source",
         }
     }
 
@@ -143,6 +166,9 @@ impl Fault {
         "reconcile_now",
         "pause",
     ];
+
+    /// The kinds drawn by the third swarm (the source's history), for coverage.
+    pub const HISTORY_KINDS: [&'static str; 1] = ["restore_source"];
 
     /// Every fault kind name, for coverage tables.
     pub const KINDS: [&'static str; 13] = [
@@ -349,6 +375,10 @@ impl Schedule {
             // A third stream, for the same reason.
             let mut rng3 = Rng::new(seed ^ 0x1a7e_a991);
             options.late_applies = chance(&mut rng3, 0.5);
+            // A fourth: the source restored from an older snapshot. Seeds that draw none
+            // keep their schedule (and trace) unchanged.
+            let mut rng4 = Rng::new(seed ^ 0x4e57_02ed);
+            draw_restores(&mut rng4, &mut options, &mut faults);
         }
         faults.sort_by(|a, b| {
             a.at_ms
@@ -519,6 +549,39 @@ fn draw_controls(rng: &mut Rng, o: &mut Options, out: &mut Vec<TimedFault>) {
     }
 }
 
+/// Source restores from an older snapshot: on a modest share of seeds, one or two, at a
+/// restore point from just behind the current revision (often at or above the mirror's
+/// watermark) to hundreds of revisions back (below it).
+fn draw_restores(rng: &mut Rng, o: &mut Options, out: &mut Vec<TimedFault>) {
+    if !chance(rng, 0.12) {
+        return;
+    }
+    let n = if chance(rng, 0.3) { 2 } else { 1 };
+    o.fault_rates.insert(
+        "restore_source".to_string(),
+        (n as f64 * 60_000.0 / o.safety_ms as f64 * 100.0).round() / 100.0,
+    );
+    for _ in 0..n {
+        let at_ms = o.safety_ms / 5 + rng.below(o.safety_ms - o.safety_ms / 5);
+        let back = match rng.below(10) {
+            0..=2 => 1 + rng.below(3),
+            3..=6 => 3 + rng.below(40),
+            _ => 40 + rng.below(600),
+        } as u32;
+        let overtake = chance(rng, 0.5);
+        // A restore takes seconds: long enough for every broken watch to be reported.
+        let down_ms = 2_000 + rng.below(8_000);
+        out.push(TimedFault {
+            at_ms,
+            fault: Fault::RestoreSource {
+                back,
+                overtake,
+                down_ms,
+            },
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,6 +595,34 @@ mod tests {
         assert_eq!(back, a);
         let yaml = serde_yaml::to_string(&a).unwrap();
         assert_eq!(Schedule::parse(&yaml).unwrap(), a);
+    }
+
+    #[test]
+    fn restores_are_drawn_from_their_own_stream() {
+        // Seeds that draw no restore keep exactly the schedule they had before the restore
+        // fault existed; seeds that draw one only gain faults of that kind.
+        let mut with = 0;
+        for seed in 0..200 {
+            let s = Schedule::generate(seed, ReplicatorKind::Core);
+            let restores = s
+                .faults
+                .iter()
+                .filter(|f| matches!(f.fault, Fault::RestoreSource { .. }))
+                .count();
+            if restores > 0 {
+                with += 1;
+                assert!(s.options.fault_rates.contains_key("restore_source"));
+            }
+        }
+        assert!(
+            (5..=60).contains(&with),
+            "{with} of 200 seeds restore the source"
+        );
+        let r = Schedule::generate(3, ReplicatorKind::Reference);
+        assert!(r
+            .faults
+            .iter()
+            .all(|f| !matches!(f.fault, Fault::RestoreSource { .. })));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::invariants::{Checker, Issuer, Violation};
 use crate::model::etcd::{fail, msg, ConnId};
 use crate::model::{EtcdCluster, Mutation, WatchOut};
 use crate::oracle::{Fence, Oracle};
+use crate::restore::Restores;
 use crate::schedule::{Fault, FaultyMode, Options, Schedule, Side};
 use crate::trace::Trace;
 use crate::workload::Workload;
@@ -27,6 +28,8 @@ use tidemark_core::mirror::{
 };
 use tidemark_core::rng::Rng;
 use tidemark_core::Instant;
+
+mod history;
 
 const MS: u64 = 1_000_000;
 const SYNC_TICK: u64 = 100 * MS;
@@ -55,6 +58,8 @@ enum Ev {
         /// Set when the driver's deadline fires first: the reply is replaced by it
         /// ([`LATE`]: the deadline reply was already sent, the request applies silently).
         deadline_at: Option<u64>,
+        /// The sender's source history when it sent the request (see [`crate::restore`]).
+        basis: u32,
     },
     Reply {
         agent: u32,
@@ -66,6 +71,8 @@ enum Ev {
         conn: ConnId,
         watch_id: u64,
         event: WatchEvent,
+        /// The source history that produced it.
+        epoch: u32,
     },
     Workload,
     SyncTick,
@@ -188,6 +195,10 @@ pub struct World {
     target_revs: Vec<(u64, i64)>,
     /// A pause was ever requested.
     paused_any: bool,
+    /// Source restores: the histories and what each agent knows of them.
+    pub restores: Restores,
+    /// The operator restarted the link abandoning its checkpoint after a restore.
+    abandoned: bool,
 }
 
 fn side_of(c: Cluster) -> Side {
@@ -251,6 +262,8 @@ impl World {
             last_drift_ns: None,
             target_revs: Vec::new(),
             paused_any: false,
+            restores: Restores::default(),
+            abandoned: false,
             opts: o,
         };
         let mut out = Vec::new();
@@ -408,7 +421,8 @@ impl World {
                 id,
                 cmd,
                 deadline_at,
-            } => self.arrive(agent, inc, id, cmd, deadline_at),
+                basis,
+            } => self.arrive(agent, inc, id, cmd, deadline_at, basis),
             Ev::Reply {
                 agent,
                 inc,
@@ -416,6 +430,7 @@ impl World {
                 result,
             } => {
                 let a = &mut self.agents[agent as usize];
+                self.restores.on_reply(a, inc, id);
                 if a.incarnation != inc || !a.alive() {
                     return;
                 }
@@ -426,14 +441,18 @@ impl World {
                 conn,
                 watch_id,
                 event,
+                epoch,
             } => {
                 let agent = (conn >> 32) as u32;
                 let inc = conn as u32;
-                let Some(a) = self.agents.get(agent as usize) else {
+                let Some(a) = self.agents.get_mut(agent as usize) else {
                     return;
                 };
                 if a.incarnation != inc || !a.alive() || a.cancelled.contains(&watch_id) {
                     return;
+                }
+                if !matches!(event, WatchEvent::Failed { .. }) {
+                    a.source_epoch = a.source_epoch.max(epoch);
                 }
                 let event = self.faulty_watch(event);
                 self.deliver(agent, Input::Watch { watch_id, event });
@@ -687,6 +706,11 @@ impl World {
                 self.control_all(Control::Drain);
             }
             Fault::ReconcileNow => self.control_all(Control::Reconcile),
+            Fault::RestoreSource {
+                back,
+                overtake,
+                down_ms,
+            } => self.restore_source(back, overtake, down_ms),
             Fault::Pause { ms } => {
                 self.paused_any = true;
                 self.control_all(Control::Pause);
@@ -809,6 +833,7 @@ impl World {
                 return;
             }
             self.coverage.mark("supervisor.restart_in_quiet");
+            self.operator_abandons();
             self.restart(0, None);
         }
         self.push(self.now, Ev::LivenessTick);
@@ -849,6 +874,9 @@ impl World {
         });
         if all_stopped && refused_orphans && self.live_orphans() {
             return Some("drain refused: orphans and no deleteOrphans".into());
+        }
+        if all_stopped {
+            return self.history_expected_stop();
         }
         None
     }
@@ -897,7 +925,10 @@ impl World {
                 keep_orphans,
                 keep_drift,
             ) {
-                Ok(true) => self.end = Some(End::Converged { at_ns: self.now }),
+                Ok(true) => {
+                    self.end = Some(End::Converged { at_ns: self.now });
+                    self.mark_converged_history();
+                }
                 Ok(false) => {}
                 Err(v) => self.violate(v),
             }
@@ -910,6 +941,7 @@ impl World {
                 .any(|a| a.alive() || a.restart_at.is_some())
         {
             self.coverage.mark("supervisor.restart_in_quiet");
+            self.operator_abandons();
             self.agents[0].restart_at = Some(self.now + 5_000 * MS);
             self.push(
                 self.now + 5_000 * MS,
@@ -994,6 +1026,7 @@ impl World {
                 raised: BTreeSet::new(),
                 passes_seen: 0,
                 last_pass_start: None,
+                source_epoch: 0,
             });
         }
         if self.agents[agent as usize].stopped.is_some() {
@@ -1023,6 +1056,8 @@ impl World {
                 a.raised.clear();
                 a.passes_seen = 0;
                 a.last_pass_start = None;
+                // A new process can only learn the source's current history.
+                a.source_epoch = self.restores.epoch;
                 self.trace.record(self.now, agent, "start", &seed);
                 self.coverage.mark("agent.start");
                 if self.drain_requested_at.is_some() {
@@ -1169,9 +1204,11 @@ impl World {
         };
         let alone = self.agents.iter().filter(|a| a.alive()).count() == 1;
         let idle = self.checker.last_in_scope(&self.source.store) <= w;
+        let current = self.agents[agent as usize].source_epoch == self.restores.epoch;
         if passes != 1
             || !alone
             || !idle
+            || !current
             || self.last_disturb_ns >= start
             || self.opts.faulty.is_some()
         {
@@ -1300,6 +1337,7 @@ impl World {
                     });
                 }
             }
+            StopReason::Failed { .. } if self.history_stop_expected(&reason) => {}
             StopReason::Failed { kind, message } => self.violate(Violation {
                 invariant: "unexpected-stop".into(),
                 at_ns: self.now,
@@ -1379,9 +1417,12 @@ impl World {
             drift.keys.get(k).is_some_and(|t| *t >= since)
                 || drift.sibling.as_ref().is_some_and(|(s, _)| s == k)
         };
+        let source = self
+            .restores
+            .store_for(self.checker.primary_epoch, &self.source.store);
         if let Err(mut v) =
             self.checker
-                .check_equal_with(self.now, d, &self.source.store, &self.target.store, late)
+                .check_equal_with(self.now, d, source, &self.target.store, late)
         {
             v.invariant = "a-drain".into();
             v.detail = format!("cut-over at {d}: {}", v.detail);
@@ -1442,6 +1483,7 @@ impl World {
                 // Up to three timeouts late: past the fence read, the retry's backoff and,
                 // often, a different next write (a NOSPACE park, a resync).
                 let arrive_at = at + 1 + self.rng.below(3 * timeout.max(1));
+                let basis = self.agents[agent as usize].source_epoch;
                 self.push(
                     arrive_at,
                     Ev::Arrive {
@@ -1450,6 +1492,7 @@ impl World {
                         id,
                         cmd,
                         deadline_at: Some(LATE),
+                        basis,
                     },
                 );
                 return;
@@ -1469,6 +1512,7 @@ impl World {
                 t.compares.clear();
             }
         }
+        let basis = self.agents[agent as usize].source_epoch;
         self.push(
             self.now + lat,
             Ev::Arrive {
@@ -1477,6 +1521,7 @@ impl World {
                 id,
                 cmd,
                 deadline_at,
+                basis,
             },
         );
     }
@@ -1496,7 +1541,15 @@ impl World {
     }
 
     /// A request reaches its cluster.
-    fn arrive(&mut self, agent: u32, inc: u32, id: u64, cmd: Command, deadline_at: Option<u64>) {
+    fn arrive(
+        &mut self,
+        agent: u32,
+        inc: u32,
+        id: u64,
+        cmd: Command,
+        deadline_at: Option<u64>,
+        basis: u32,
+    ) {
         let cluster = cluster_of(&cmd);
         let side = side_of(cluster);
         let conn = (u64::from(agent) << 32) | u64::from(inc);
@@ -1532,10 +1585,16 @@ impl World {
                 if let Some(r) = self.faulty_txn(agent, inc, id, t) {
                     r
                 } else {
-                    self.apply_txn(agent, inc, t, &mut out)
+                    self.apply_txn(agent, inc, t, basis, &mut out)
                 }
             }
+            Command::Range(r) if self.stale_proof_applies(r) => self.stale_proof(r),
             _ => {
+                if let Command::Range(r) = &cmd {
+                    if r.cluster == Cluster::Source && self.restores.blind_proof(r) {
+                        self.coverage.mark("restore.proof_in_shared_history");
+                    }
+                }
                 let c = match cluster {
                     Cluster::Source => &mut self.source,
                     Cluster::Target => &mut self.target,
@@ -1557,6 +1616,9 @@ impl World {
         } else {
             result
         };
+        if cluster == Cluster::Source && matches!(result, Ok(Reply::Range(_))) {
+            self.restores.tag_reply((agent, inc, id));
+        }
         let reply_at = deadline_at.unwrap_or(self.now + lat);
         match &cmd {
             Command::Watch(w) => {
@@ -1602,6 +1664,7 @@ impl World {
         agent: u32,
         inc: u32,
         t: &TxnRequest,
+        basis: u32,
         out: &mut Vec<WatchOut>,
     ) -> Result<Reply, Failure> {
         if self.target.cond.leader_lost {
@@ -1620,14 +1683,20 @@ impl World {
                 incarnation: inc,
                 mode: cfg.initial_sync.mode,
                 delete_orphans: cfg.reconciliation.delete_orphans,
+                epoch: basis,
+                abandon: cfg.initial_sync.abandon_watermark,
             };
+            if basis < self.restores.epoch {
+                self.coverage.mark("restore.commit_judged_in_old_history");
+            }
             let was_primary = self.checker.primary_at.is_some();
             if r.succeeded {
                 self.faulty.last_commit.insert(agent, (inc, t.clone()));
             }
-            if let Err(v) =
-                self.checker
-                    .on_commit(self.now, &who, ops, &self.source.store, &self.target.store)
+            let source = self.restores.store_for(basis, &self.source.store);
+            if let Err(v) = self
+                .checker
+                .on_commit(self.now, &who, ops, source, &self.target.store)
             {
                 self.violate(v);
             }
@@ -1660,7 +1729,8 @@ impl World {
                 let mut t = req;
                 t.compares.clear();
                 let mut out = Vec::new();
-                let _ = self.apply_txn(agent, inc, &t, &mut out);
+                let basis = self.restores.epoch;
+                let _ = self.apply_txn(agent, inc, &t, basis, &mut out);
                 self.route(out);
             }
         }
@@ -1709,10 +1779,11 @@ impl World {
                 let mut t2 = t.clone();
                 t2.compares.clear();
                 let mut out = Vec::new();
-                let r = self.apply_txn(agent, inc, &t2, &mut out);
+                let basis = self.restores.epoch;
+                let r = self.apply_txn(agent, inc, &t2, basis, &mut out);
                 let mut t1 = held;
                 t1.compares.clear();
-                let _ = self.apply_txn(ha, hi, &t1, &mut out);
+                let _ = self.apply_txn(ha, hi, &t1, basis, &mut out);
                 self.route(out);
                 Some(r)
             }
@@ -1723,7 +1794,8 @@ impl World {
         if let Some((a, i, _id, mut t, _)) = self.faulty.held.take() {
             t.compares.clear();
             let mut out = Vec::new();
-            let _ = self.apply_txn(a, i, &t, &mut out);
+            let basis = self.restores.epoch;
+            let _ = self.apply_txn(a, i, &t, basis, &mut out);
             self.route(out);
         }
     }
@@ -1786,6 +1858,7 @@ impl World {
                     conn: o.conn,
                     watch_id: o.watch_id,
                     event: o.event,
+                    epoch: self.restores.epoch,
                 },
             );
         }
@@ -1813,7 +1886,7 @@ fn brief<T: serde::Serialize>(x: &T) -> String {
     let mut v = serde_json::to_value(x).unwrap_or_default();
     elide(&mut v);
     let s = v.to_string();
-    if s.len() > 400 {
+    if s.len() > 400 && std::env::var_os("TIDEMARK_SIM_FULL_VALUES").is_none() {
         format!("{}...", s.chars().take(400).collect::<String>())
     } else {
         s

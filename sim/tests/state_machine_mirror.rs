@@ -641,7 +641,12 @@ fn delete_at_compact_revision_is_not_lost() {
 #[test]
 fn sweep_delete_is_retried_after_a_transient_failure() {
     let mut h = Harness::new(3, true);
-    for _ in 0..9 {
+    let is_sweep = |h: &Harness| matches!(h.inflight.front(), Some((_, Command::Txn(t))) if t.success.iter().any(|op| matches!(op, TxnOp::Delete { .. })));
+    // Step to the sweep (a bounded number of commands: claim, reads, proofs, scan).
+    for _ in 0..30 {
+        if is_sweep(&h) {
+            break;
+        }
         h.step();
     }
     // The next command is the sweep Txn deleting the stale /t/k1; it fails, not applied.

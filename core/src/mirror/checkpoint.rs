@@ -34,6 +34,10 @@ pub struct Anchor {
     pub ver: i64,
     /// The first 16 hex digits of SHA-256 of the value.
     pub sha: String,
+    /// The mirror saw the key deleted after `rev`: the put holds at `rev` only, not up to
+    /// the watermark, so a proof cannot read it back at the watermark.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
 impl Anchor {
@@ -45,6 +49,7 @@ impl Anchor {
             create: kv.create_revision,
             ver: kv.version,
             sha: value_digest(&kv.value),
+            gone: false,
         }
     }
 

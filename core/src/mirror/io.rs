@@ -80,9 +80,6 @@ pub enum FailKind {
     /// The source is not the history the checkpoint's watermark came from (a restore from
     /// an older snapshot, or another cluster behind the same address and cluster ID).
     SourceHistoryMismatch,
-    /// The source's history could not be proven: the checkpoint's anchor revision is
-    /// compacted and the anchor key changed since.
-    SourceHistoryUnverified,
 }
 
 impl FailKind {
@@ -98,7 +95,6 @@ impl FailKind {
             FailKind::TooLarge => "TooLarge",
             FailKind::Permanent => "Permanent",
             FailKind::SourceHistoryMismatch => "SourceHistoryMismatch",
-            FailKind::SourceHistoryUnverified => "SourceHistoryUnverified",
         }
     }
 }

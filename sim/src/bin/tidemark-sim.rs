@@ -33,6 +33,7 @@ enum Faulty {
     ReorderCommits,
     DropWatchEvent,
     ApplyTwiceAfterCrash,
+    StaleHistoryProof,
 }
 
 #[derive(Subcommand, Debug)]
@@ -68,6 +69,13 @@ enum Cmd {
         /// Shrink only the first this many failures of a batch (the rest are reported as is).
         #[arg(long, default_value_t = 3)]
         shrink_first: usize,
+        /// Run only generated seeds whose schedule has a fault of this kind (coverage name,
+        /// e.g. restore_source); repeatable, any of them will do.
+        #[arg(long)]
+        require_fault: Vec<String>,
+        /// Remove faults of this kind from generated schedules; repeatable.
+        #[arg(long)]
+        drop_fault: Vec<String>,
     },
     /// Replay a saved run or schedule and check that it reproduces.
     Replay {
@@ -106,6 +114,7 @@ fn faulty(f: Faulty) -> FaultyMode {
         Faulty::ReorderCommits => FaultyMode::ReorderCommits,
         Faulty::DropWatchEvent => FaultyMode::DropWatchEvent,
         Faulty::ApplyTwiceAfterCrash => FaultyMode::ApplyTwiceAfterCrash,
+        Faulty::StaleHistoryProof => FaultyMode::StaleHistoryProof,
     }
 }
 
@@ -137,16 +146,33 @@ fn main() -> Result<()> {
             fail_fast,
             shrink_budget,
             shrink_first,
+            require_fault,
+            drop_fault,
         } => {
             let started = WallClock::now();
             let mut batch = Batch::default();
             let schedules: Box<dyn Iterator<Item = Schedule>> = match schedule {
                 Some(p) => Box::new(std::iter::once(load(&p)?.0)),
-                None => Box::new((seed..seed + seeds).map(move |s| {
-                    let mut sch = Schedule::generate(s, kind(replicator));
-                    sch.options.faulty = fm.map(faulty);
-                    sch
-                })),
+                None => Box::new(
+                    (seed..seed + seeds)
+                        .map(move |s| {
+                            let mut sch = Schedule::generate(s, kind(replicator));
+                            sch.options.faulty = fm.map(faulty);
+                            sch
+                        })
+                        .filter(move |sch| {
+                            require_fault.is_empty()
+                                || sch
+                                    .faults
+                                    .iter()
+                                    .any(|f| require_fault.iter().any(|k| k == f.fault.kind()))
+                        })
+                        .map(move |mut sch| {
+                            sch.faults
+                                .retain(|f| !drop_fault.iter().any(|k| k == f.fault.kind()));
+                            sch
+                        }),
+                ),
             };
             for sch in schedules {
                 let r = if determinism {
@@ -256,6 +282,20 @@ fn report_failure(sch: &Schedule, r: &RunResult, dir: Option<&Path>, budget: usi
         v.detail
     );
     println!("options: {}", serde_json::to_string(&sch.options)?);
+    let marks: Vec<String> = r
+        .coverage
+        .marks
+        .iter()
+        .filter(|(k, _)| {
+            ["restore.", "faulty.", "agent.stop."]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    if !marks.is_empty() {
+        println!("marks: {}", marks.join(" "));
+    }
     let (small, sr) = shrink(sch, budget);
     let faults: Vec<String> = small
         .faults
@@ -291,6 +331,7 @@ fn report_failure(sch: &Schedule, r: &RunResult, dir: Option<&Path>, budget: usi
             Some(FaultyMode::ReorderCommits) => " --faulty reorder-commits",
             Some(FaultyMode::DropWatchEvent) => " --faulty drop-watch-event",
             Some(FaultyMode::ApplyTwiceAfterCrash) => " --faulty apply-twice-after-crash",
+            Some(FaultyMode::StaleHistoryProof) => " --faulty stale-history-proof",
             None => "",
         };
         println!(
@@ -358,7 +399,11 @@ impl Batch {
             println!("violation {k}: {n}");
         }
         println!("coverage marks:");
-        for kind in Fault::KINDS.iter().chain(Fault::CONTROL_KINDS.iter()) {
+        for kind in Fault::KINDS
+            .iter()
+            .chain(Fault::CONTROL_KINDS.iter())
+            .chain(Fault::HISTORY_KINDS.iter())
+        {
             let n = self.coverage.get(&format!("fault.{kind}"));
             println!(
                 "  fault.{kind:<28} {n}{}",

@@ -460,6 +460,20 @@ impl EtcdCluster {
         }
     }
 
+    /// The cluster is restored from a snapshot at revision `at` and restarted: same cluster
+    /// and member IDs, the MVCC state rewound (see [`Store::restore_to`]), every watch stream
+    /// broken with `failure`. Returns whether anything was rewound.
+    pub fn restore(
+        &mut self,
+        at: i64,
+        lease_expiry: u64,
+        failure: &Failure,
+        out: &mut Vec<WatchOut>,
+    ) -> bool {
+        self.break_all_watches(failure, out);
+        self.store.restore_to(at, lease_expiry)
+    }
+
     /// Compacts, as `etcdctl compact`.
     pub fn compact(&mut self, rev: i64) -> Result<(), Failure> {
         self.store.compact(rev).map_err(store_err)
@@ -497,7 +511,8 @@ fn notify(
     }
 }
 
-fn store_err(e: StoreError) -> Failure {
+/// The gRPC failure of a store error.
+pub fn store_err(e: StoreError) -> Failure {
     match e {
         StoreError::Compacted => fail(Code::OutOfRange, msg::COMPACTED),
         StoreError::FutureRev => fail(Code::OutOfRange, msg::FUTURE_REV),

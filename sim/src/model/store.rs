@@ -15,7 +15,9 @@
 //!   watch from C could miss that delete (modelled per version in [`super::etcd`]).
 //!
 //! The store keeps its whole history even past compaction: the compact revision only
-//! refuses requests below it, so the checker can still read `source@W` for any W.
+//! refuses requests below it, so the checker can still read `source@W` for any W. A restore
+//! from an older snapshot ([`Store::restore_to`]) is the one thing that drops history; the
+//! world keeps a copy of the history it replaced (see `crate::restore`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use tidemark_core::etcd::{Event, EventKind, KeyValue, RangeReply, RangeRequest, SortBy};
@@ -299,6 +301,46 @@ impl Store {
         Ok(())
     }
 
+    /// Restores the store from a snapshot taken at revision `at` (`etcdutl snapshot
+    /// restore`): every version and log entry above `at` is gone, the revision is `at` again
+    /// and the compact revision is at most `at`. Leases keep their ids; each lease's key set
+    /// is what `at` had attached, and a lease revoked after `at` comes back (with the given
+    /// expiry) because the snapshot still holds it and keys attached to it. Returns whether
+    /// anything changed (false when `at` is not below the current revision).
+    pub fn restore_to(&mut self, at: i64, lease_expiry: u64) -> bool {
+        let at = at.max(1);
+        if at >= self.rev {
+            return false;
+        }
+        self.history.retain(|_, h| {
+            h.truncate(h.partition_point(|(r, _)| *r <= at));
+            !h.is_empty()
+        });
+        // `log[i]` holds revision `i + 2`: revisions 2..=at stay.
+        self.log.truncate((at - 1) as usize);
+        self.rev = at;
+        self.compact_rev = self.compact_rev.min(at);
+        for l in self.leases.values_mut() {
+            l.keys.clear();
+        }
+        for h in self.history.values() {
+            let Some((_, Some(kv))) = h.last() else {
+                continue;
+            };
+            if kv.lease != 0 {
+                self.leases
+                    .entry(kv.lease)
+                    .or_insert_with(|| Lease {
+                        expires_at: lease_expiry,
+                        keys: BTreeSet::new(),
+                    })
+                    .keys
+                    .insert(kv.key.clone());
+            }
+        }
+        true
+    }
+
     /// Events of revision `rev` (the watch layer applies compaction effects).
     pub fn events_at(&self, rev: i64) -> &[Event] {
         if rev < 2 || rev > self.rev {
@@ -444,6 +486,37 @@ mod tests {
         assert_eq!(s.range(&req(9)), Err(StoreError::FutureRev));
         assert_eq!(s.get_at(b"k", 2).unwrap().value, b"0");
         assert_eq!(s.compact(3), Err(StoreError::Compacted));
+    }
+
+    #[test]
+    fn restore_rewinds_history_compaction_and_leases() {
+        let mut s = Store::new();
+        s.write(&[put("a", "1")]); // 2
+        let l = s.grant_lease(100);
+        s.write(&[Mutation::Put {
+            key: b"x".to_vec(),
+            value: b"v".to_vec(),
+            lease: l,
+        }]); // 3
+        s.write(&[put("a", "2"), put("b", "1")]); // 4
+        assert_eq!(s.expire_leases(100).len(), 1); // 5: x deleted, lease gone
+        s.compact(5).unwrap();
+        assert!(
+            !s.restore_to(5, 0),
+            "restoring at the current revision is a no-op"
+        );
+        assert!(s.restore_to(3, 7_000));
+        assert_eq!((s.rev(), s.compact_rev()), (3, 3));
+        assert_eq!(s.get(b"a").unwrap().value, b"1");
+        assert!(s.get(b"b").is_none());
+        assert_eq!(s.events_at(4), &[]);
+        let lease = &s.leases[&l];
+        assert_eq!((lease.expires_at, lease.keys.len()), (7_000, 1));
+        // The new history continues from 3: a put of `a` is version 2 at revision 4.
+        s.write(&[put("a", "3")]);
+        let a = s.get(b"a").unwrap();
+        assert_eq!((a.mod_revision, a.version, a.create_revision), (4, 2, 2));
+        assert_eq!(s.events_at(4).len(), 1);
     }
 
     #[test]

@@ -320,6 +320,8 @@ impl Mirror {
                     "",
                 );
                 self.stage = Stage::Fencing;
+                // A park can outlast a restore of the source: prove the history again.
+                self.history.unverify();
                 self.resume_from_record(now);
             }
         }

@@ -10,9 +10,8 @@
 //!   checkpoint's watermark included);
 //! - the checkpoint's [`Anchor`] (an in-range put the mirror copied) reads back the same at
 //!   its revision. If that revision is compacted, the key read now must still be that put;
-//!   if it is not, the proof cannot be made: at connect the mirror stops
-//!   (`SourceHistoryUnverified`), within a running process (where the revision floor held)
-//!   it goes on with the condition saying so.
+//!   if it changed, nothing can prove or disprove the history, and the mirror goes on with
+//!   the condition saying so (reason `AnchorCompacted`).
 //!
 //! A linearizable source read that reports a lower revision than the source had reached
 //! before the read was issued stops the mirror too, as does a watch that goes backwards
@@ -45,6 +44,12 @@ pub(super) struct History {
     future: bool,
     /// The newest in-range put seen: the anchor the next data write records.
     pub(super) candidate: Option<Anchor>,
+    /// The anchor's own revision is compacted: the next pinned read is at the watermark,
+    /// where the put still holds unless the mirror saw the key deleted.
+    at_watermark: bool,
+    /// The newest put seen before the last break: a running agent proves against it when
+    /// it is newer than the record's anchor, which narrows what a restore can hide.
+    before_break: Option<Anchor>,
 }
 
 impl History {
@@ -55,6 +60,8 @@ impl History {
         self.proving = false;
         self.compacted_at = None;
         self.future = false;
+        self.at_watermark = false;
+        self.before_break = self.candidate.clone();
     }
 
     /// Offers a key-value the source reported; the newest in-range put becomes the next anchor.
@@ -69,10 +76,22 @@ impl History {
         }
     }
 
+    /// The mirror saw `key` deleted: if it is the anchor's key, its put no longer holds.
+    pub(super) fn deleted(&mut self, key: &[u8]) {
+        if let Some(a) = self.candidate.as_mut().filter(|a| a.key == key) {
+            a.gone = true;
+        }
+    }
+
     /// The source reached at least `rev` (committed evidence: a watch event or notification).
     pub(super) fn reached(&mut self, rev: i64) {
         self.floor = self.floor.max(rev);
     }
+}
+
+/// Whether fact `new` replaces `old`: a later put, or the same put now known deleted.
+fn supersedes(new: &Anchor, old: &Anchor) -> bool {
+    new.rev > old.rev || (new.rev == old.rev && new.key == old.key && new.gone && !old.gone)
 }
 
 /// The highest source revision a record shows the source had reached.
@@ -196,11 +215,27 @@ impl Mirror {
         self.issue(job, cmd);
     }
 
+    /// The fact a proof reads back: the record's anchor, or in a running agent the newest
+    /// put it saw before the break, when that is newer.
+    fn proof_anchor(&self) -> Option<Anchor> {
+        let recorded = self.proof_record().and_then(|c| c.anchor.clone());
+        if self.history.at_connect {
+            return recorded;
+        }
+        match (recorded, &self.history.before_break) {
+            (Some(a), Some(b)) if supersedes(b, &a) => Some(b.clone()),
+            (None, Some(b)) => Some(b.clone()),
+            (a, _) => a,
+        }
+    }
+
     /// One point read: the anchor key (at its revision when `pinned`), or with no anchor
     /// the first key of the source range, for the header revision alone.
     pub(super) fn proof_cmd(&self, pinned: bool) -> Command {
-        let anchor = self.proof_record().and_then(|c| c.anchor.as_ref());
-        let (key, revision, keys_only) = match anchor {
+        let anchor = self.proof_anchor();
+        let w = self.proof_record().map_or(0, |c| c.watermark);
+        let (key, revision, keys_only) = match &anchor {
+            Some(a) if pinned && self.history.at_watermark => (a.key.clone(), w, false),
             Some(a) => (a.key.clone(), if pinned { a.rev } else { 0 }, false),
             None => (self.keys.source_range().0, 0, true),
         };
@@ -236,21 +271,30 @@ impl Mirror {
             return;
         };
         let w = rec.watermark;
+        let anchor = self.proof_anchor();
         let r = match result {
             Ok(Reply::Range(r)) => r,
-            Err(Failure::Compacted { rev }) if pinned && rec.anchor.is_some() => {
-                // The anchor's revision is gone: the key as it is now may still be that put.
+            Err(Failure::Compacted { rev }) if pinned && anchor.is_some() => {
                 self.history.compacted_at = Some(rev);
+                let a = anchor.as_ref().map_or(0, |a| a.rev);
+                let live = anchor.as_ref().is_some_and(|a| !a.gone);
+                if !self.history.at_watermark && live && w > a {
+                    // No put to the key followed the anchor's up to the watermark (it would
+                    // be the anchor), and no delete did: it must still hold there.
+                    self.history.at_watermark = true;
+                    return self.issue_proof(true);
+                }
+                // The key as it is now may still be that put.
                 return self.issue_proof(false);
             }
-            Err(Failure::FutureRevision) if pinned && rec.anchor.is_some() => {
+            Err(Failure::FutureRevision) if pinned && anchor.is_some() => {
                 // The source never reached the anchor's revision. Read the key as it is
                 // now, only to name the source's revision in the message.
                 self.history.future = true;
                 return self.issue_proof(false);
             }
             Err(Failure::FutureRevision) => {
-                let a = rec.anchor.as_ref().map_or(0, |a| a.rev);
+                let a = anchor.as_ref().map_or(0, |a| a.rev);
                 let what = format!(
                     "the source has not reached revision {a}, where this mirror copied the checkpoint's anchor (checkpoint watermark {w})"
                 );
@@ -265,7 +309,7 @@ impl Mirror {
                 return self.fail(now, FailKind::Permanent, msg);
             }
         };
-        let Some(a) = &rec.anchor else {
+        let Some(a) = &anchor else {
             let msg = format!(
                 "the checkpoint has no anchor yet (written by an older build, or nothing in range was copied), so only the revision was checked: source revision {} is not below watermark {w}",
                 r.header_revision
@@ -314,12 +358,11 @@ impl Mirror {
                     "the checkpoint's anchor at source revision {} is {compacted} and the key {key} changed since, so the source cannot be proven to be the history the target copy came from (checkpoint watermark {w}, source revision {h})",
                     a.rev
                 );
-                if self.history.at_connect {
-                    return self.history_failed(now, FailKind::SourceHistoryUnverified, what);
-                }
-                // Within one process the revision floor above still held, so the source
-                // did not go back in time; only the anchor could not be read. Go on, and
-                // say so: the next write records a newer anchor.
+                // Nothing proves or disproves the history: ordinary compaction and a key
+                // written again make this common, and stopping would turn every restart
+                // after a quiet spell into an outage. The revision floor still held, and a
+                // source restored below the anchor's revision is refused by the pinned
+                // read, which a restored snapshot has not compacted. Go on, and say so.
                 self.history_proven(now, "AnchorCompacted", what)
             }
         }
@@ -343,9 +386,16 @@ impl Mirror {
         if self.history.at_connect && self.cfg.initial_sync.abandon_watermark == Some(w) {
             return self.abandon_checkpoint(now, what);
         }
-        let message = format!(
-            "{what}. Nothing was written: the target keeps its keys and the checkpoint keeps watermark {w}. Either bring back the source this copy came from, or copy the current source afresh by setting initialSync.abandonWatermark: {w} (run --abandon-watermark {w})"
-        );
+        let message = if w > 0 {
+            format!(
+                "{what}. Nothing was written: the target keeps its keys and the checkpoint keeps watermark {w}. Either bring back the source this copy came from, or copy the current source afresh by setting initialSync.abandonWatermark: {w} (run --abandon-watermark {w})"
+            )
+        } else {
+            // abandonWatermark names a promise; an unfinished initial copy made none.
+            format!(
+                "{what}. Nothing was written. The checkpoint records an initial copy that never finished (watermark 0): either bring back the source it was copying, or delete the checkpoint key to copy the current source afresh"
+            )
+        };
         self.fail(now, kind, message);
     }
 
@@ -382,7 +432,7 @@ impl Mirror {
     /// The anchor a data write records: the newest in-range put seen, when newer.
     pub(super) fn anchor_for(&self, rec: &Checkpoint) -> Option<Anchor> {
         match (&self.history.candidate, &rec.anchor) {
-            (Some(c), Some(a)) if c.rev > a.rev => Some(c.clone()),
+            (Some(c), Some(a)) if supersedes(c, a) => Some(c.clone()),
             (Some(c), None) => Some(c.clone()),
             (_, a) => a.clone(),
         }

@@ -145,9 +145,7 @@ impl Mirror {
             FailKind::EmptyTargetViolation => Some(C::EmptyTargetViolation),
             FailKind::PrefixConflict => Some(C::PrefixConflict),
             FailKind::DirectionConflict => Some(C::DirectionConflict),
-            FailKind::SourceHistoryMismatch | FailKind::SourceHistoryUnverified => {
-                Some(C::SourceHistoryMismatch)
-            }
+            FailKind::SourceHistoryMismatch => Some(C::SourceHistoryMismatch),
             _ => None,
         };
         if let Some(c) = cond {

@@ -357,8 +357,11 @@ impl Mirror {
             if rev <= floor {
                 continue;
             }
-            if e.kind == EventKind::Put && self.keys.in_scope(&e.kv.key) {
-                self.history.offer(&e.kv);
+            if self.keys.in_scope(&e.kv.key) {
+                match e.kind {
+                    EventKind::Put => self.history.offer(&e.kv),
+                    EventKind::Delete => self.history.deleted(&e.kv.key),
+                }
             }
             // Ops on excluded or out-of-scope keys are dropped before anything counts
             // them, so split offsets are stable across a resume.
