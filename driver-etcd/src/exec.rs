@@ -40,7 +40,8 @@ pub(crate) fn etcd_key(key: &[u8], range_end: &[u8]) -> Vec<u8> {
     }
 }
 
-pub(crate) fn kv_from(kv: &etcd_client::KeyValue) -> KeyValue {
+/// The core's key-value for an etcd-client one.
+pub fn kv_from(kv: &etcd_client::KeyValue) -> KeyValue {
     KeyValue {
         key: kv.key().to_vec(),
         value: kv.value().to_vec(),

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use support::agent::{config, converge, revision, InProc, Proc};
 use support::{Etcd, Flags, V};
 use tidemark_core::config::{InitialSyncMode, MirrorConfig};
-use tidemark_core::etcd::KeyValue;
 use tidemark_core::mirror::checkpoint::Anchor;
 use tidemark_core::mirror::io::{FailKind, StopReason};
 use tidemark_core::mirror::{Checkpoint, ConditionType, Phase, Status};
@@ -117,14 +116,7 @@ async fn assert_anchor_holds(src: &Etcd, a: &Anchor) {
         )
         .await
         .unwrap();
-    let kv = r.kvs().first().map(|kv| KeyValue {
-        key: kv.key().to_vec(),
-        value: kv.value().to_vec(),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
-        version: kv.version(),
-        lease: kv.lease(),
-    });
+    let kv = r.kvs().first().map(tidemark_etcd::exec::kv_from);
     assert_eq!(a.mismatch(kv.as_ref()), None, "anchor {a:?}");
 }
 

@@ -39,6 +39,8 @@ pub struct Harness {
     /// The highest source revision the script reported, and every source key-value sent.
     pub source_seen: i64,
     pub source_kvs: std::collections::BTreeMap<(Vec<u8>, i64), KeyValue>,
+    /// Ids of the commands sent to the source, so only their replies count above.
+    source_ids: std::collections::BTreeSet<CommandId>,
 }
 
 /// The point read of the source-history proof (one key, no range end).
@@ -61,6 +63,7 @@ impl Harness {
             auto_proof: true,
             source_seen: 0,
             source_kvs: Default::default(),
+            source_ids: Default::default(),
         }
     }
 
@@ -71,6 +74,16 @@ impl Harness {
         loop {
             let o = self.m.poll_output(self.now);
             self.log.push(o.clone());
+            if let Output::Command { id, cmd } = &o {
+                let to_source = match cmd {
+                    Command::Status { cluster } => *cluster == Cluster::Source,
+                    Command::Range(r) => r.cluster == Cluster::Source,
+                    _ => false,
+                };
+                if to_source {
+                    self.source_ids.insert(*id);
+                }
+            }
             match o {
                 Output::Command { id, cmd } if self.auto_guard && is_watch_guard(&cmd) => {
                     let Command::Range(r) = &cmd else {
@@ -125,13 +138,11 @@ impl Harness {
     }
 
     pub fn done(&mut self, id: CommandId, r: Result<Reply, Failure>) {
-        if let Ok(Reply::Status(st)) = &r {
-            // Scripts give the source a higher revision than the target.
-            self.note_source(st.header_revision, &[]);
-        }
-        if let Ok(Reply::Range(rr)) = &r {
-            if rr.kvs.iter().all(|kv| !kv.key.starts_with(b"/mirror/")) {
-                self.note_source(rr.header_revision, &rr.kvs);
+        if self.source_ids.remove(&id) {
+            match &r {
+                Ok(Reply::Status(st)) => self.note_source(st.header_revision, &[]),
+                Ok(Reply::Range(rr)) => self.note_source(rr.header_revision, &rr.kvs),
+                _ => {}
             }
         }
         self.m.handle_input(self.now, Input::Done { id, result: r });

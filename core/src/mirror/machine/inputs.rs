@@ -81,17 +81,12 @@ impl Mirror {
     /// A read failed: retry it with backoff, or stop on a permanent error.
     pub(super) fn on_read_failed(&mut self, now: Instant, job: Job, f: Failure) {
         self.note_reachability(now, &job, false, &f);
-        let source_read = !matches!(job, Job::ProveHistory { .. })
-            && self.command_for(&job).is_some_and(|c| {
-                matches!(
-                    c,
-                    Command::Range(RangeRequest {
-                        cluster: Cluster::Source,
-                        ..
-                    })
-                )
-            });
-        if source_read && matches!(f, Failure::Transient { .. } | Failure::Unknown { .. }) {
+        // The proof's own failure retries below, under its round.
+        let proof = matches!(job, Job::ProveHistory { .. });
+        if job.reads_source()
+            && !proof
+            && matches!(f, Failure::Transient { .. } | Failure::Unknown { .. })
+        {
             // A source connection broke: prove the history again before the next write.
             self.history.unverify();
         }
@@ -114,18 +109,10 @@ impl Mirror {
     }
 
     pub(super) fn note_reachability(&mut self, now: Instant, job: &Job, ok: bool, f: &Failure) {
-        let side = match job {
-            Job::ProbeSource
-            | Job::ReadR0(_)
-            | Job::ScanPage(_)
-            | Job::ProbeMaxModRevision(_)
-            | Job::PassSource(_)
-            | Job::DrainTarget
-            | Job::WatchGuard { .. }
-            | Job::WatchRecheck { .. }
-            | Job::ProveHistory { .. }
-            | Job::CountRemaining => C::SourceReachable,
-            _ => C::TargetReachable,
+        let side = if job.reads_source() {
+            C::SourceReachable
+        } else {
+            C::TargetReachable
         };
         if ok {
             self.status.set_condition(now, side, true, "Reachable", "");

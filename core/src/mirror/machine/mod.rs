@@ -96,6 +96,25 @@ enum Job {
     Fire,
 }
 
+impl Job {
+    /// Whether the job talks to the source cluster.
+    fn reads_source(&self) -> bool {
+        matches!(
+            self,
+            Job::ProbeSource
+                | Job::ReadR0(_)
+                | Job::ScanPage(_)
+                | Job::ProbeMaxModRevision(_)
+                | Job::PassSource(_)
+                | Job::DrainTarget
+                | Job::WatchGuard { .. }
+                | Job::WatchRecheck { .. }
+                | Job::ProveHistory { .. }
+                | Job::CountRemaining
+        )
+    }
+}
+
 /// A fenced write in flight: what it does and the record it installs.
 #[derive(Debug, Clone)]
 struct Commit {
