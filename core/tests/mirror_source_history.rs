@@ -447,6 +447,16 @@ fn a_compacted_anchor_is_read_back_at_the_watermark() {
     let (_, cmd) = one(h.drain());
     assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
 
+    // Absent at the watermark proves nothing (a delete the record did not note fits as
+    // well): the key as it is now decides.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Err(Failure::Compacted { rev: 95 }));
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(300, vec![], false)));
+    let (_, r) = proof(&mut h);
+    assert_eq!(r.revision, 0);
+
     // A key the mirror saw deleted is not read at the watermark (it is absent there).
     let mut rec = anchored(100);
     rec.anchor.as_mut().unwrap().gone = true;

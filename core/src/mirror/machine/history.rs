@@ -69,17 +69,21 @@ impl History {
         if self
             .candidate
             .as_ref()
-            .is_none_or(|a| kv.mod_revision > a.rev)
+            // `>=`: a later write of the same revision is what the revision holds.
+            .is_none_or(|a| kv.mod_revision >= a.rev)
             && kv.mod_revision > 0
         {
             self.candidate = Some(Anchor::of(kv));
         }
     }
 
-    /// The mirror saw `key` deleted: if it is the anchor's key, its put no longer holds.
-    pub(super) fn deleted(&mut self, key: &[u8]) {
-        if let Some(a) = self.candidate.as_mut().filter(|a| a.key == key) {
-            a.gone = true;
+    /// The mirror saw `key` deleted at `rev`: if it is the anchor's key, its put no longer
+    /// holds after `rev`, and never held at a revision boundary if deleted in its own.
+    pub(super) fn deleted(&mut self, key: &[u8], rev: i64) {
+        match self.candidate.as_mut().filter(|a| a.key == key) {
+            Some(a) if a.rev == rev => self.candidate = None,
+            Some(a) => a.gone = true,
+            None => {}
         }
     }
 
@@ -318,12 +322,19 @@ impl Mirror {
         };
         let kv = r.kvs.first();
         let key = self.keys.redact(&a.key);
+        if pinned && self.history.at_watermark && kv.is_none() {
+            // Absent at the watermark: a delete this mirror did not record (a record from
+            // before the delete was seen) fits as well as another history. Only a different
+            // put there is proof; otherwise fall back to the key as it is now.
+            return self.issue_proof(false);
+        }
         if pinned {
+            let read_at = if self.history.at_watermark { w } else { a.rev };
             return match a.mismatch(kv) {
                 None => self.history_proven(now, "Proven", String::new()),
                 Some(diff) => {
                     let what = format!(
-                        "at source revision {} the key {key} should hold the put this mirror copied, but {diff} (checkpoint watermark {w}, source revision {})",
+                        "at source revision {read_at} the key {key} should hold the put this mirror copied at revision {}, but {diff} (checkpoint watermark {w}, source revision {})",
                         a.rev, r.header_revision
                     );
                     self.history_failed(now, FailKind::SourceHistoryMismatch, what)

@@ -360,7 +360,7 @@ impl Mirror {
             if self.keys.in_scope(&e.kv.key) {
                 match e.kind {
                     EventKind::Put => self.history.offer(&e.kv),
-                    EventKind::Delete => self.history.deleted(&e.kv.key),
+                    EventKind::Delete => self.history.deleted(&e.kv.key, rev),
                 }
             }
             // Ops on excluded or out-of-scope keys are dropped before anything counts
