@@ -7,7 +7,7 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, PostParams};
 use std::collections::BTreeMap;
 use tidemark_api::{resolve, EtcdMirror, ResolveError, ResourceRef};
-use tidemark_kube::conformance::ConformanceServer;
+use tidemark_model::conformance::ConformanceServer;
 
 fn secret(name: &str, data: &[(&str, &str)]) -> Secret {
     let mut s = Secret::default();

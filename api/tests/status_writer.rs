@@ -1,4 +1,4 @@
-//! The status writer against the conformance apiserver (driver-kube): status subresource,
+//! The status writer against the conformance apiserver (tidemark-model): status subresource,
 //! observed generation, rate limit on the caller's clock, clearing of unset fields.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -11,7 +11,7 @@ use tidemark_api::{
 use tidemark_core::config::MirrorConfig;
 use tidemark_core::mirror::{ConditionType, Phase, Status};
 use tidemark_core::Instant;
-use tidemark_kube::conformance::ConformanceServer;
+use tidemark_model::conformance::ConformanceServer;
 
 fn spec() -> EtcdMirrorSpec {
     let mut c = MirrorConfig::new("/app/", "/mirror/");

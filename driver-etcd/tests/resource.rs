@@ -15,7 +15,7 @@ use support::{Etcd, Flags, V};
 use tidemark_api::status::Phase;
 use tidemark_api::{EtcdMirror, EtcdMirrorSpec, EtcdMirrorStatus};
 use tidemark_core::config::MirrorConfig;
-use tidemark_kube::conformance::ConformanceServer;
+use tidemark_model::conformance::ConformanceServer;
 
 const SEC: Duration = Duration::from_secs(1);
 const NS: &str = "ns";

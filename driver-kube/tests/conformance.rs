@@ -11,8 +11,8 @@ use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::BTreeMap;
-use tidemark_kube::conformance::{Fault, Gvr};
 use tidemark_kube::eno::{Composition, ResourceSlice};
+use tidemark_model::conformance::{Fault, Gvr};
 
 fn secret(name: &str, labels: &[(&str, &str)], bytes: usize) -> Secret {
     let mut s = Secret {
@@ -358,7 +358,7 @@ async fn json_patch_as_kube_sends_it() {
     let rv = created.metadata.resource_version.clone().unwrap();
     let path = format!("/api/v1/namespaces/{}/secrets/{name}", env.ns);
     let send = |ops: serde_json::Value| {
-        let req = axum::http::Request::builder()
+        let req = http::Request::builder()
             .method("PATCH")
             .uri(path.clone())
             .header("content-type", "application/json-patch+json")

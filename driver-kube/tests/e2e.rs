@@ -185,7 +185,7 @@ async fn recreated_composition_recovers_then_records() {
     if env.simulated() {
         let server = env.server.as_ref().unwrap();
         let reasons: Vec<(String, String)> = server.with_api(|api, _| {
-            api.all(&tidemark_kube::conformance::Gvr::new(
+            api.all(&tidemark_model::conformance::Gvr::new(
                 "events.k8s.io",
                 "v1",
                 "events",
@@ -225,7 +225,7 @@ fn event_reasons(env: &Env) -> Vec<(String, String)> {
         return Vec::new();
     };
     server.with_api(|api, _| {
-        api.all(&tidemark_kube::conformance::Gvr::new(
+        api.all(&tidemark_model::conformance::Gvr::new(
             "events.k8s.io",
             "v1",
             "events",

@@ -6,11 +6,9 @@
 //! convergence in a quiet liveness phase. Same schedule, same trace hash.
 
 pub mod agent;
-pub mod apiserver;
 pub mod core_adapter;
 pub mod coverage;
 pub mod invariants;
-pub mod model;
 pub mod oracle;
 pub mod reference;
 pub mod restore;
@@ -19,6 +17,12 @@ pub mod schedule;
 pub mod trace;
 pub mod workload;
 pub mod world;
+
+/// The model etcd cluster and its MVCC store, which live in `tidemark-model` (the model
+/// apiserver is there too: `tidemark_model::apiserver`).
+pub mod model {
+    pub use tidemark_model::etcd::{self, store, EtcdCluster, Mutation, Store, WatchOut};
+}
 
 pub use runner::{run, RunResult, SavedRun};
 pub use schedule::{FaultyMode, ReplicatorKind, Schedule};

@@ -19,8 +19,8 @@ use tidemark_core::inventory::{
 };
 use tidemark_core::rng::Rng;
 use tidemark_core::Instant;
-use tidemark_sim::apiserver::inventory::execute;
-use tidemark_sim::apiserver::{ApiServer, Fault, Gvr, Subresource};
+use tidemark_model::apiserver::inventory::execute;
+use tidemark_model::apiserver::{ApiServer, Fault, Gvr, Subresource};
 
 const NS: &str = "shop";
 const APP_NS: &str = "app";

@@ -5,7 +5,7 @@
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tidemark_kube::conformance::ConformanceServer;
+use tidemark_model::conformance::ConformanceServer;
 
 /// Where a test runs.
 pub struct Env {

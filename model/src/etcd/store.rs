@@ -12,12 +12,12 @@
 //!   (`kvstore_txn.go` `rangeKeys`);
 //! - compaction at C keeps, per key, the newest version at or below C; before the fix of
 //!   etcd issue 18089 a tombstone at exactly C was dropped (`key_index.go` `compact`), so a
-//!   watch from C could miss that delete (modelled per version in [`super::etcd`]).
+//!   watch from C could miss that delete (modelled per version in [`super`]).
 //!
 //! The store keeps its whole history even past compaction: the compact revision only
 //! refuses requests below it, so the checker can still read `source@W` for any W. A restore
 //! from an older snapshot ([`Store::restore_to`]) is the one thing that drops history; the
-//! world keeps a copy of the history it replaced (see `crate::restore`).
+//! simulator's world keeps a copy of the history it replaced (see `tidemark_sim::restore`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use tidemark_core::etcd::{Event, EventKind, KeyValue, RangeReply, RangeRequest, SortBy};

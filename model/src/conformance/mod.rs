@@ -1,5 +1,5 @@
-//! A conformance test server: the simulator's model apiserver served over HTTP/1.1 with the
-//! REST paths, query parameters and `kind: Status` error bodies of Kubernetes, so a real
+//! A conformance test server: the model apiserver ([`crate::apiserver`]) served over HTTP/1.1
+//! with the REST paths, query parameters and `kind: Status` error bodies of Kubernetes, so a real
 //! `kube::Client` can be tested without a cluster. One model backs both the simulator and
 //! these tests.
 //!
@@ -11,14 +11,14 @@
 
 mod http;
 
+use crate::apiserver::ApiServer;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tidemark_core::Instant;
-use tidemark_sim::apiserver::ApiServer;
 use tokio::sync::{oneshot, watch};
 
-pub use tidemark_sim::apiserver::{ApiError, Fault, Gvr, Op, Patch, Subresource};
+pub use crate::apiserver::{ApiError, Fault, Gvr, Op, Patch, Subresource};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]

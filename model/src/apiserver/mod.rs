@@ -4,9 +4,10 @@
 //! the semantics tidemark's inventory driver relies on: resourceVersion preconditions, 409
 //! `AlreadyExists`/`Conflict`, 404, 422 for Secret data over 1 MiB, finalizers and
 //! terminating objects, label selectors, uid/creationTimestamp assignment, metadata.generation
-//! bumps, and a watch event log. The simulator drives it directly; the conformance server in
-//! `tidemark-kube` serves the same model over HTTP to a real `kube::Client`, so one model backs
-//! both uses. Time is an argument ([`Instant`] read as nanoseconds since the Unix epoch).
+//! bumps, and a watch event log. The simulator drives it directly; the conformance server
+//! (`conformance`, beside this module) serves the same model over HTTP to a real
+//! `kube::Client`, so one model backs both uses. Time is an argument ([`Instant`] read as
+//! nanoseconds since the Unix epoch).
 
 pub mod inventory;
 pub mod selector;

@@ -26,8 +26,12 @@
 //! - require-leader: with no leader the watch stream is closed with "etcdserver: no leader"
 //!   (`v3rpc/watch.go`, `rpctypes.ErrGRPCNoLeader`, Unavailable).
 
-use super::store::{in_range, Mutation, Store, StoreError};
+pub mod store;
+
+pub use store::{Mutation, Store};
+
 use std::collections::{BTreeMap, BTreeSet};
+use store::{in_range, StoreError};
 use tidemark_core::classify::{classify, Code, Failure};
 use tidemark_core::etcd::{
     Command, CompareTarget, Event, EventKind, Reply, StatusReply, TxnOp, TxnReply, TxnRequest,

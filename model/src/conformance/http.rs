@@ -1,6 +1,7 @@
 //! REST routing and wire formats of the conformance server.
 
 use super::{wall_now, Shared};
+use crate::apiserver::{ApiError, ApiServer, EventType, Gvr, Patch, Subresource};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
@@ -10,7 +11,6 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tidemark_sim::apiserver::{ApiError, ApiServer, EventType, Gvr, Patch, Subresource};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
