@@ -188,9 +188,9 @@ fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_reported_when_it_changed
     let (_, cmd) = one(h.drain());
     assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
 
-    // Changed since: nothing proves or disproves the history. The revision floor held, so
-    // the agent goes on (a stop here would make every restart after compaction an outage)
-    // and says so in the condition.
+    // Changed since: nothing proves or disproves the history. A stop here would make every
+    // restart after compaction an outage, and resuming would extend an unchecked promise,
+    // so the claim itself declares a forced resync from the source as it is now.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
     let (id, _) = proof(&mut h);
     h.done(id, Err(Failure::Compacted { rev: 250 }));
@@ -204,16 +204,42 @@ fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_reported_when_it_changed
         ..anchor_kv()
     };
     h.done(id, Ok(range(300, vec![later], false)));
-    let (_, cmd) = one(h.drain());
-    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+    let (claim, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    let scan = rec.scan.as_ref().expect("the claim declares the resync");
+    assert_eq!(
+        (scan.base, rec.prune_pending, rec.split),
+        (300, true, None),
+        "a resync from the source's current revision, with the prune owed"
+    );
     let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
     assert_eq!((c.status, c.reason.as_str()), (false, "AnchorCompacted"));
     assert!(
         c.message.contains("compact revision 250")
             && c.message.contains("watermark 100")
-            && c.message.contains("source revision 300"),
+            && c.message.contains("source revision 300")
+            && c.message
+                .contains("resynced from the source at revision 300"),
         "{}",
         c.message
+    );
+    assert_eq!(h.m.status().forced_resync_count, 1);
+    // Once claimed, the copy is rebuilt: the watch replays from the declared base and
+    // the scan pages the range.
+    h.done(claim, Ok(txn_ok(2)));
+    let cmds = h.drain();
+    let watch_from: Vec<i64> = cmds
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Command::Watch(w) => Some(w.start_revision),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(watch_from, vec![301], "{cmds:?}");
+    assert!(
+        cmds.iter().any(|(_, c)| matches!(c, Command::Range(r)
+            if r.cluster == Cluster::Source && !r.count_only && r.limit > 1)),
+        "a scan page is read: {cmds:?}"
     );
 }
 

@@ -176,6 +176,9 @@ impl Mirror {
                 rec.split = None;
                 rec.prune_pending = *prune;
                 rec.prune_floor = 0;
+                // The anchor vouched for the copy being replaced; the scan's pages bring
+                // the next one.
+                rec.anchor = None;
             }
             Work::Fence(FenceWhy::FinishGenesis { watermark, .. }) => {
                 // A split in progress stays recorded: its revision is only partly applied.

@@ -78,6 +78,7 @@ impl Mirror {
             .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
         let g = self.new_gen(GenStep::R0, prune);
         self.gen = Some(g);
+        self.history.forget_anchors();
         let cmd = self.r0_cmd();
         self.issue(Job::ReadR0(self.gen_seq), cmd);
     }

@@ -10,8 +10,9 @@
 //!   checkpoint's watermark included);
 //! - the checkpoint's [`Anchor`] (an in-range put the mirror copied) reads back the same at
 //!   its revision. If that revision is compacted, the key read now must still be that put;
-//!   if it changed, nothing can prove or disprove the history, and the mirror goes on with
-//!   the condition saying so (reason `AnchorCompacted`).
+//!   if it changed, nothing can prove or disprove the history, so the promise is not
+//!   extended: the mirror resyncs from the source as it is now, with the condition saying
+//!   so (reason `AnchorCompacted`).
 //!
 //! A linearizable source read that reports a lower revision than the source had reached
 //! before the read was issued stops the mirror too, as does a watch that goes backwards
@@ -85,6 +86,12 @@ impl History {
             Some(a) => a.gone = true,
             None => {}
         }
+    }
+
+    /// A new copy starts: puts seen for the copy it replaces vouch for nothing in it.
+    pub(super) fn forget_anchors(&mut self) {
+        self.candidate = None;
+        self.before_break = None;
     }
 
     /// The source reached at least `rev` (committed evidence: a watch event or notification).
@@ -369,13 +376,47 @@ impl Mirror {
                     "the checkpoint's anchor at source revision {} is {compacted} and the key {key} changed since, so the source cannot be proven to be the history the target copy came from (checkpoint watermark {w}, source revision {h})",
                     a.rev
                 );
-                // Nothing proves or disproves the history: ordinary compaction and a key
-                // written again make this common, and stopping would turn every restart
-                // after a quiet spell into an outage. The revision floor still held, and a
-                // source restored below the anchor's revision is refused by the pinned
-                // read, which a restored snapshot has not compacted. Go on, and say so.
-                self.history_proven(now, "AnchorCompacted", what)
+                // Nothing proves or disproves the history. Stopping would turn every
+                // restart after compaction into an outage; resuming would extend a promise
+                // nobody can check. So the checkpoint's promise is dropped, not extended:
+                // the copy is rebuilt from the source as it is now (a forced resync, the
+                // compaction recovery), and the condition says so.
+                self.resync_unprovable(now, h, what)
             }
+        }
+    }
+
+    /// The history cannot be proven: declare a forced resync instead of resuming. At
+    /// connect the claim itself carries the resync (`scan` set, a prune owed), so no
+    /// record re-asserts the unproven watermark; a running agent recovers as from a
+    /// compaction.
+    fn resync_unprovable(&mut self, now: Instant, source_rev: i64, what: String) {
+        let message = format!(
+            "{what}. The checkpoint's promise is not extended: the target is resynced from the source at revision {source_rev} (keys the source no longer has are pruned)"
+        );
+        let at_connect = self.history.at_connect;
+        if at_connect {
+            if let Some(found) = self.found.as_mut() {
+                found.scan = Some(Scan {
+                    base: source_rev,
+                    cursor: Vec::new(),
+                    scanned: false,
+                    rmax: source_rev,
+                    smax: Some(0),
+                    base_count: None,
+                });
+                found.split = None;
+                found.prune_pending = true;
+                found.prune_floor = 0;
+                found.anchor = None;
+            }
+            self.history.forget_anchors();
+            self.status.forced_resync_count += 1;
+        }
+        self.history_proven(now, "AnchorCompacted", message);
+        if !at_connect {
+            let c = self.history.compacted_at.unwrap_or(0);
+            self.on_compacted(now, c);
         }
     }
 
