@@ -10,11 +10,9 @@ SEEDS=${SIM_SEEDS:-300}
 FIRST=${SIM_FIRST_SEED:-0}
 cargo build --release -p tidemark-sim --bin tidemark-sim
 BIN="${CARGO_TARGET_DIR:-target}/release/tidemark-sim"
-# The source-restore fault is left out of the gating batch until the open findings in
-# sim/regressions/open/ (a false promise after a restore in shared history) are fixed; its
-# scripted scenarios and teeth run in `cargo test -p tidemark-sim --test restore`. Run it
-# with SIM_RESTORE=1 to include it.
-drop=(--drop-fault restore_source)
-if [ "${SIM_RESTORE:-0}" = 1 ]; then drop=(); fi
+# Every fault kind is in the mix, the source restore included. SIM_RESTORE=0 leaves the
+# restore out (to tell a restore finding from another while bisecting).
+drop=()
+if [ "${SIM_RESTORE:-1}" = 0 ]; then drop=(--drop-fault restore_source); fi
 exec "$BIN" run --seeds "$SEEDS" --seed "$FIRST" --determinism \
   --shrink-first 1 --shrink-budget 100 "${drop[@]}"

@@ -7,11 +7,14 @@
 
 mod support;
 
+use std::time::Duration;
 use support::*;
 use tidemark_core::classify::Failure;
-use tidemark_core::config::InitialSyncMode;
-use tidemark_core::etcd::{Cluster, Command, KeyValue, RangeRequest, Reply, WatchEvent};
-use tidemark_core::mirror::checkpoint::Anchor;
+use tidemark_core::config::{InitialSyncMode, MirrorConfig};
+use tidemark_core::etcd::{
+    Cluster, Command, EventKind, KeyValue, RangeRequest, Reply, WatchEvent, WatchRequest,
+};
+use tidemark_core::mirror::checkpoint::{Anchor, VERSION};
 use tidemark_core::mirror::{Checkpoint, ConditionType, FailKind, Output, StopReason};
 
 /// The put the previous incarnation copied last: `/app/k` = "v" at revision 90.
@@ -29,7 +32,7 @@ fn anchor_kv() -> KeyValue {
 /// A record at watermark 100 whose anchor is [`anchor_kv`].
 fn anchored(watermark: i64) -> Checkpoint {
     Checkpoint {
-        v: 2,
+        v: VERSION,
         anchor: Some(Anchor::of(&anchor_kv())),
         ..found_record(4, watermark)
     }
@@ -39,6 +42,10 @@ fn anchored(watermark: i64) -> Checkpoint {
 fn start(mode: InitialSyncMode, abandon: Option<i64>, rec: &Checkpoint, src_rev: i64) -> Harness {
     let mut cfg = config(mode);
     cfg.initial_sync.abandon_watermark = abandon;
+    start_with(cfg, rec, src_rev)
+}
+
+fn start_with(cfg: MirrorConfig, rec: &Checkpoint, src_rev: i64) -> Harness {
     let mut h = Harness::new(cfg, 31);
     h.auto_proof = false;
     answer_probes(&mut h, ("3.5.13", 1, src_rev), ("3.5.13", 2, 15));
@@ -136,19 +143,22 @@ fn the_same_history_resumes_and_later_writes_record_a_newer_anchor() {
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 120);
     let (id, _) = proof(&mut h);
     h.done(id, Ok(range(120, vec![anchor_kv()], false)));
-    // The claim keeps the watermark and the anchor, and writes record version 2.
+    pass_replay(&mut h, 120);
+    // The claim keeps the watermark and the anchor, and writes the current record version.
     let (id, cmd) = one(h.drain());
     let rec = fence_of(&cmd);
     assert_eq!(
         (rec.v, rec.watermark, rec.anchor.clone()),
-        (2, 100, anchored(100).anchor)
+        (VERSION, 100, anchored(100).anchor)
     );
     h.done(id, Ok(txn_ok(16)));
     let (wid, cmd) = one(h.drain());
     let Command::Watch(w) = cmd else {
         panic!("{cmd:?}")
     };
-    assert_eq!(w.start_revision, 101);
+    // The watch first replays the window since the anchor (90): the record counted no
+    // events after it, so an event past the watermark closes the window.
+    assert_eq!(w.start_revision, 91);
     // The watch is established: its events wait for a proof made after it.
     h.done(wid, Ok(Reply::WatchStarted));
     h.watch(
@@ -185,12 +195,13 @@ fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_reported_when_it_changed
     let (id, r) = proof(&mut h);
     assert_eq!(r.revision, 0, "then the key as it is now");
     h.done(id, Ok(range(300, vec![anchor_kv()], false)));
-    let (_, cmd) = one(h.drain());
-    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+    // The put is proven, but the window after it (91..=100) is compacted too: nothing
+    // replays it, so the claim declares a resync rather than re-asserting watermark 100.
+    compacted_replay(&mut h, 250);
 
-    // Changed since: nothing proves or disproves the history. The revision floor held, so
-    // the agent goes on (a stop here would make every restart after compaction an outage)
-    // and says so in the condition.
+    // Changed since: nothing proves or disproves the history. A stop here would make every
+    // restart after compaction an outage, and resuming would extend an unchecked promise,
+    // so the claim itself declares a forced resync from the source as it is now.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
     let (id, _) = proof(&mut h);
     h.done(id, Err(Failure::Compacted { rev: 250 }));
@@ -204,16 +215,42 @@ fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_reported_when_it_changed
         ..anchor_kv()
     };
     h.done(id, Ok(range(300, vec![later], false)));
-    let (_, cmd) = one(h.drain());
-    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+    let (claim, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    let scan = rec.scan.as_ref().expect("the claim declares the resync");
+    assert_eq!(
+        (scan.base, rec.prune_pending, rec.split),
+        (300, true, None),
+        "a resync from the source's current revision, with the prune owed"
+    );
     let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
     assert_eq!((c.status, c.reason.as_str()), (false, "AnchorCompacted"));
     assert!(
         c.message.contains("compact revision 250")
             && c.message.contains("watermark 100")
-            && c.message.contains("source revision 300"),
+            && c.message.contains("source revision 300")
+            && c.message
+                .contains("resynced from the source at revision 300"),
         "{}",
         c.message
+    );
+    assert_eq!(h.m.status().forced_resync_count, 1);
+    // Once claimed, the copy is rebuilt: the watch replays from the declared base and
+    // the scan pages the range.
+    h.done(claim, Ok(txn_ok(2)));
+    let cmds = h.drain();
+    let watch_from: Vec<i64> = cmds
+        .iter()
+        .filter_map(|(_, c)| match c {
+            Command::Watch(w) => Some(w.start_revision),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(watch_from, vec![301], "{cmds:?}");
+    assert!(
+        cmds.iter().any(|(_, c)| matches!(c, Command::Range(r)
+            if r.cluster == Cluster::Source && !r.count_only && r.limit > 1)),
+        "a scan page is read: {cmds:?}"
     );
 }
 
@@ -270,6 +307,7 @@ fn abandon_watermark_copies_the_new_source_afresh_only_when_the_proof_fails() {
     );
     let (id, _) = proof(&mut h);
     h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    pass_replay(&mut h, 120);
     let (_, cmd) = one(h.drain());
     assert_eq!(fence_of(&cmd).watermark, 100);
 
@@ -295,7 +333,7 @@ fn a_record_without_an_anchor_is_checked_by_revision_and_upgraded() {
     h.done(id, Ok(range(100, vec![], false)));
     let (_, cmd) = one(h.drain());
     let rec = fence_of(&cmd);
-    assert_eq!((rec.v, rec.watermark), (2, 100));
+    assert_eq!((rec.v, rec.watermark), (VERSION, 100));
     let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
     assert_eq!((c.status, c.reason.as_str()), (false, "RevisionOnly"));
 
@@ -398,9 +436,12 @@ fn events_from_a_new_watch_wait_for_the_proof_and_are_never_written_on_a_mismatc
 
 #[test]
 fn an_anchor_read_ahead_of_the_watermark_that_the_source_never_reached_is_a_mismatch() {
-    // Anchors come from reads that can run ahead of the watermark (scan read-ahead, events
-    // not yet applied), so the source may pass the floor and still miss the anchor.
+    // Version 2 records took anchors from reads that ran ahead of the watermark (events
+    // not yet applied), so the source may pass the floor and still miss the anchor. (A
+    // version 3 record carries the anchor as of its watermark, and decoding refuses one
+    // ahead of it.)
     let mut rec = anchored(100);
+    rec.v = 2;
     let ahead = KeyValue {
         mod_revision: 105,
         ..anchor_kv()
@@ -444,8 +485,8 @@ fn a_compacted_anchor_is_read_back_at_the_watermark() {
     h.done(id, Err(Failure::Compacted { rev: 95 }));
     let (id, _) = proof(&mut h);
     h.done(id, Ok(range(300, vec![anchor_kv()], false)));
-    let (_, cmd) = one(h.drain());
-    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+    // The window 91..=100 is partly compacted (95): no replay, so a resync.
+    compacted_replay(&mut h, 95);
 
     // Absent at the watermark proves nothing (a delete the record did not note fits as
     // well): the key as it is now decides.
@@ -485,4 +526,306 @@ fn a_delete_of_the_anchor_key_is_recorded() {
         (a.key.as_slice(), a.rev, a.gone),
         (&b"/app/b"[..], 60, true)
     );
+}
+
+/// A record at watermark 100 whose anchor (the put at 90) is followed by `deletes`, counted
+/// as the mirror counts them.
+fn anchored_with(deletes: &[(&[u8], i64)]) -> Checkpoint {
+    let mut rec = anchored(100);
+    let a = rec.anchor.as_mut().unwrap();
+    for (key, rev) in deletes {
+        a.after += 1;
+        a.after_sha = Anchor::chain(&a.after_sha, *rev, EventKind::Delete, key);
+    }
+    rec
+}
+
+/// The one command emitted, besides cancelling a replay watch that did its job.
+fn one(cmds: Vec<(u64, Command)>) -> (u64, Command) {
+    support::one(
+        cmds.into_iter()
+            .filter(|(_, c)| !matches!(c, Command::CancelWatch { .. }))
+            .collect(),
+    )
+}
+
+/// The replay before the claim: the watch from the anchor's next revision (91) is opened
+/// and established. Returns it.
+fn connect_replay(h: &mut Harness) -> WatchRequest {
+    let (wid, cmd) = one(h.drain());
+    let Command::Watch(w) = cmd else {
+        panic!("expected the replay watch, got {cmd:?}")
+    };
+    assert_eq!(
+        w.start_revision, 91,
+        "the window since the anchor is replayed"
+    );
+    h.done(wid, Ok(Reply::WatchStarted));
+    w
+}
+
+/// The replay before the claim finds nothing in the window: progress closes it.
+fn pass_replay(h: &mut Harness, rev: i64) {
+    let w = connect_replay(h);
+    h.watch(w.watch_id, WatchEvent::Progress { revision: rev });
+}
+
+/// The replay before the claim finds its start compacted: the claim declares a resync.
+fn compacted_replay(h: &mut Harness, compact_revision: i64) {
+    let w = connect_replay(h);
+    h.watch(
+        w.watch_id,
+        WatchEvent::Cancelled {
+            compact_revision,
+            reason: String::new(),
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!(
+        (rec.watermark, rec.scan.is_some(), rec.prune_pending),
+        (100, true, true),
+        "claimed with the resync declared"
+    );
+}
+
+/// Claims after a passing point proof and returns the first watch the tail opens.
+fn claim_and_watch(h: &mut Harness, src_rev: i64) -> (u64, WatchRequest) {
+    let (id, _) = proof(h);
+    h.done(id, Ok(range(src_rev, vec![anchor_kv()], false)));
+    pass_replay(h, src_rev);
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(16)));
+    let (wid, cmd) = one(h.drain());
+    let Command::Watch(w) = cmd else {
+        panic!("{cmd:?}")
+    };
+    h.done(wid, Ok(Reply::WatchStarted));
+    // The proof made after the watch was established passes too.
+    let (id, _) = proof(h);
+    h.done(id, Ok(range(src_rev, vec![anchor_kv()], false)));
+    (wid, w)
+}
+
+#[test]
+fn a_put_below_the_watermark_that_the_mirror_never_saw_is_a_mismatch() {
+    // Restored from a snapshot at 95, above the anchor (90): the point read cannot tell the
+    // histories apart. The new history put /app/z at 97, below the old watermark (100).
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 120);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    // Before the claim, which would re-assert the promise, the window is replayed.
+    let w = connect_replay(&mut h);
+    h.watch(
+        w.watch_id,
+        WatchEvent::Events {
+            header_revision: 120,
+            events: vec![put_ev(b"/app/z", b"new", 97)],
+        },
+    );
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(
+        msg.contains("from revision 91 found a put at revision 97")
+            && msg.contains("applied 0 in-range event(s) up to revision 100")
+            && msg.contains("checkpoint keeps watermark 100"),
+        "{msg}"
+    );
+    assert!(wrote_nothing(&h));
+
+    // A running agent's new watch replays the window the same way.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 120);
+    let (_, w) = claim_and_watch(&mut h, 120);
+    assert_eq!(w.start_revision, 91);
+    h.watch(
+        w.watch_id,
+        WatchEvent::Events {
+            header_revision: 120,
+            events: vec![put_ev(b"/app/z", b"new", 97)],
+        },
+    );
+    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    let txns = h
+        .log
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Command {
+                    cmd: Command::Txn(_),
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(txns, 1, "only the claim");
+}
+
+#[test]
+fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
+    let rec = anchored_with(&[(b"/app/d", 95)]);
+    // The same history: the delete comes back (an excluded key's event does not count),
+    // then an event past the watermark closes the window.
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.exclude_prefixes = vec!["skip/".into()];
+    let mut h = start_with(cfg, &rec, 120);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    let same = vec![
+        del_ev(b"/app/d", 95),
+        put_ev(b"/app/skip/x", b"1", 96),
+        put_ev(b"/app/n", b"1", 121),
+    ];
+    let w = connect_replay(&mut h);
+    h.watch(
+        w.watch_id,
+        WatchEvent::Events {
+            header_revision: 121,
+            events: same.clone(),
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    assert_eq!(fence_of(&cmd).watermark, 100, "claimed");
+    h.done(id, Ok(txn_ok(16)));
+    // The tail's own watch replays it again, then copies what follows.
+    let (wid, cmd) = one(h.drain());
+    let Command::Watch(w) = cmd else {
+        panic!("{cmd:?}")
+    };
+    h.done(wid, Ok(Reply::WatchStarted));
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(121, vec![anchor_kv()], false)));
+    h.watch(
+        w.watch_id,
+        WatchEvent::Events {
+            header_revision: 121,
+            events: same,
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/n", b"1")]);
+    assert_eq!(h.m.status().source_history_windows, 2);
+
+    // Another history deleted another key there: same count, another digest.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &rec, 120);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    let w = connect_replay(&mut h);
+    h.watch(
+        w.watch_id,
+        WatchEvent::Events {
+            header_revision: 121,
+            events: vec![del_ev(b"/app/e", 95), put_ev(b"/app/n", b"1", 121)],
+        },
+    );
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(
+        msg.contains("found 1 in-range event(s) where this mirror applied 1, and they differ"),
+        "{msg}"
+    );
+    assert!(wrote_nothing(&h));
+
+    // And one that never deleted it: a progress notification past the watermark closes
+    // the window with an event missing.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &rec, 120);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    pass_replay(&mut h, 120);
+    let (kind, msg) = failed(&mut h);
+    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    assert!(
+        msg.contains("found 0 in-range event(s) where this mirror applied 1"),
+        "{msg}"
+    );
+    assert!(wrote_nothing(&h));
+}
+
+#[test]
+fn a_running_agent_counts_what_it_applies_and_replays_it_after_a_break() {
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 100);
+    let (wid, w) = claim_and_watch(&mut h, 100);
+    assert_eq!(w.start_revision, 91);
+    // Past the (empty) window: a put at 101 and a delete at 102.
+    h.watch(
+        w.watch_id,
+        WatchEvent::Events {
+            header_revision: 102,
+            events: vec![put_ev(b"/app/p", b"1", 101), del_ev(b"/app/q", 102)],
+        },
+    );
+    let (id, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!(rec.watermark, 102);
+    let a = rec.anchor.clone().unwrap();
+    assert_eq!(
+        (a.key.as_slice(), a.rev, a.after, a.after_sha.clone()),
+        (
+            &b"/app/p"[..],
+            101,
+            1,
+            Anchor::chain("", 102, EventKind::Delete, b"/app/q")
+        ),
+        "the anchor is the put, with the delete after it counted"
+    );
+    h.done(id, Ok(txn_ok(17)));
+    let _ = wid;
+    // The stream breaks: the new watch replays from the anchor's next revision.
+    h.watch(
+        w.watch_id,
+        WatchEvent::Failed {
+            failure: Failure::Transient {
+                message: "connection reset".into(),
+            },
+        },
+    );
+    h.advance(Duration::from_secs(60));
+    let cmds = h.drain();
+    let Some(w2) = cmds.iter().find_map(|(_, c)| match c {
+        Command::Watch(w) => Some(w.clone()),
+        _ => None,
+    }) else {
+        panic!("{cmds:?}")
+    };
+    assert_eq!(w2.start_revision, 102);
+}
+
+#[test]
+fn a_compacted_window_is_resynced() {
+    // At connect: the claim declares the resync instead of re-asserting the watermark.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (id, _) = proof(&mut h);
+    h.done(id, Ok(range(300, vec![anchor_kv()], false)));
+    let w = connect_replay(&mut h);
+    h.watch(
+        w.watch_id,
+        WatchEvent::Cancelled {
+            compact_revision: 250,
+            reason: String::new(),
+        },
+    );
+    let (_, cmd) = one(h.drain());
+    let rec = fence_of(&cmd);
+    assert_eq!(
+        (rec.scan.map(|s| s.base), rec.prune_pending, rec.anchor),
+        (Some(300), true, None)
+    );
+    let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
+    assert_eq!((c.status, c.reason.as_str()), (false, "AnchorCompacted"));
+    assert!(c.message.contains("compact revision 250"), "{}", c.message);
+
+    // In the tail: a forced resync, as after any compaction.
+    let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
+    let (_, w) = claim_and_watch(&mut h, 300);
+    assert_eq!(w.start_revision, 91);
+    h.watch(
+        w.watch_id,
+        WatchEvent::Cancelled {
+            compact_revision: 250,
+            reason: String::new(),
+        },
+    );
+    assert_eq!(h.m.status().forced_resync_count, 1);
+    assert!(h.m.status().condition(ConditionType::Compacted));
+    assert!(h.stopped().is_none());
 }

@@ -28,6 +28,7 @@ pub struct MirrorMetrics {
     late_writes_adopted: Counter,
     history_proofs: Counter,
     history_suspicions: Counter,
+    history_windows: Counter,
     split_revisions: Counter,
     initial_sync_copied: Gauge,
     initial_sync_total: Gauge,
@@ -134,6 +135,11 @@ impl MirrorMetrics {
             self.history_suspicions.clone(),
         );
         r.register(
+            "source_history_windows",
+            "Windows since the source-history anchor replayed by a new watch and found unchanged",
+            self.history_windows.clone(),
+        );
+        r.register(
             "split_revisions",
             "Source revisions split across several target Txns",
             self.split_revisions.clone(),
@@ -222,6 +228,7 @@ impl MirrorMetrics {
         delta(&self.late_writes_adopted, s.own_late_writes_adopted);
         delta(&self.history_proofs, s.source_history_proofs);
         delta(&self.history_suspicions, s.source_history_suspicions);
+        delta(&self.history_windows, s.source_history_windows);
         delta(&self.split_revisions, s.split_revision_count);
         let i = |x: u64| i64::try_from(x).unwrap_or(i64::MAX);
         self.initial_sync_copied

@@ -8,12 +8,13 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::etcd::KeyValue;
+use crate::etcd::{EventKind, KeyValue};
 
 /// The record version this build writes. Version 2 added [`Anchor`]: a build that only
 /// knows version 1 refuses it by version, with a message that says to upgrade, instead of
-/// resuming without the source-history proof.
-pub const VERSION: u32 = 2;
+/// resuming without the source-history proof. Version 3 added the events after the anchor
+/// ([`Anchor::after`]), so a proof can replay the window up to the watermark.
+pub const VERSION: u32 = 3;
 /// The oldest record version this build still reads (records without an anchor).
 pub const OLDEST_READABLE: u32 = 1;
 
@@ -38,6 +39,25 @@ pub struct Anchor {
     /// the watermark, so a proof cannot read it back at the watermark.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+    /// How many in-scope events the mirror saw after the put, up to the record's watermark:
+    /// deletes, and puts deleted again in their own revision (any other later put would be
+    /// the anchor). A proof replays the source's watch over that window and must see
+    /// exactly these.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub after: u32,
+    /// Digest of those events, chained in watch order (see [`Anchor::chain`]); empty when
+    /// there are none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub after_sha: String,
+    /// The put came from a scan page, not from the watch: the events between it and the
+    /// scan were never seen, so the window after it cannot be replayed. Also set on anchors
+    /// of version 2 records, which did not count the events after them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scanned: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Anchor {
@@ -50,7 +70,23 @@ impl Anchor {
             ver: kv.version,
             sha: value_digest(&kv.value),
             gone: false,
+            after: 0,
+            after_sha: String::new(),
+            scanned: false,
         }
+    }
+
+    /// Extends a digest of the events after the anchor with one more. The mirror computes
+    /// it as it applies the events and a proof as it replays them, so both must see the
+    /// same events in the same order.
+    pub fn chain(digest: &str, rev: i64, kind: EventKind, key: &[u8]) -> String {
+        let mut h = Sha256::new();
+        h.update(digest.as_bytes());
+        h.update(rev.to_be_bytes());
+        h.update([u8::from(kind == EventKind::Put)]);
+        h.update((key.len() as u64).to_be_bytes());
+        h.update(key);
+        hex::encode(&h.finalize()[..8])
     }
 
     /// What differs between this anchor and a key-value read back at its revision, or
@@ -200,9 +236,15 @@ impl Checkpoint {
         if !(u64::from(OLDEST_READABLE)..=u64::from(VERSION)).contains(&v) {
             return Err(CheckpointError::UnsupportedVersion(v));
         }
-        let c: Checkpoint =
+        let mut c: Checkpoint =
             serde_json::from_slice(bytes).map_err(|e| CheckpointError::Malformed(e.to_string()))?;
         c.check()?;
+        if c.v < 3 {
+            if let Some(a) = &mut c.anchor {
+                // Version 2 did not count the events after the anchor: no window replay.
+                a.scanned = true;
+            }
+        }
         Ok(c)
     }
 
@@ -260,13 +302,21 @@ impl Checkpoint {
             if a.ver < 1 {
                 return bad("anchor.ver", "must be positive");
             }
-            if a.sha.len() != 16
-                || !a
-                    .sha
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-            {
+            if a.sha.len() != 16 || !is_digest(&a.sha) {
                 return bad("anchor.sha", "must be 16 lowercase hex digits");
+            }
+            if self.v < 3 && (a.after > 0 || !a.after_sha.is_empty() || a.scanned) {
+                return bad("anchor.after", "needs record version 3");
+            }
+            if (a.after == 0) != a.after_sha.is_empty() || !is_digest(&a.after_sha) {
+                return bad(
+                    "anchor.after_sha",
+                    "must be 16 lowercase hex digits exactly when anchor.after is positive",
+                );
+            }
+            if self.v >= 3 && self.scan.is_none() && a.rev > self.watermark {
+                // The anchor vouches for the copy at the watermark, so it is not newer.
+                return bad("anchor.rev", "must not be above the watermark");
             }
         }
         Ok(())
@@ -276,6 +326,13 @@ impl Checkpoint {
     pub fn is_consistent(&self) -> bool {
         self.split.is_none() && self.scan.is_none()
     }
+}
+
+/// Lowercase hex digits only (an empty string passes; lengths are checked by the caller).
+fn is_digest(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && (s.is_empty() || s.len() == 16)
 }
 
 #[cfg(test)]
@@ -328,12 +385,12 @@ mod tests {
             Err(CheckpointError::Malformed(_))
         ));
         let mut j: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
-        j["v"] = 3.into();
+        j["v"] = (VERSION + 1).into();
         assert_eq!(
             Checkpoint::decode(&serde_json::to_vec(&j).unwrap()),
-            Err(CheckpointError::UnsupportedVersion(3))
+            Err(CheckpointError::UnsupportedVersion(u64::from(VERSION) + 1))
         );
-        j["v"] = 2.into();
+        j["v"] = VERSION.into();
         j["extra"] = true.into();
         assert!(Checkpoint::decode(&serde_json::to_vec(&j).unwrap()).is_err());
         let mut c = sample();
@@ -357,10 +414,65 @@ mod tests {
             Err(CheckpointError::Malformed(m)) => assert!(m.contains("watermark"), "{m}"),
             other => panic!("accepted a repeated field: {other:?}"),
         }
-        let v_twice = text.replacen("\"v\":2", "\"v\":2,\"v\":1", 1);
+        let v = format!("\"v\":{VERSION}");
+        let v_twice = text.replacen(&v, &format!("{v},\"v\":1"), 1);
+        assert_ne!(v_twice, text);
         assert!(Checkpoint::decode(v_twice.as_bytes()).is_err());
         let trailing = format!("{text}{{}}");
         assert!(Checkpoint::decode(trailing.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn the_events_after_the_anchor_need_version_3_and_a_digest() {
+        let mut c = sample();
+        let a = c.anchor.as_mut().unwrap();
+        a.after = 2;
+        a.after_sha = Anchor::chain(
+            &Anchor::chain("", 10, EventKind::Delete, b"/app/x"),
+            11,
+            EventKind::Put,
+            b"/app/y",
+        );
+        assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
+
+        let mut no_digest = c.clone();
+        no_digest.anchor.as_mut().unwrap().after_sha.clear();
+        let mut stray_digest = sample();
+        stray_digest.anchor.as_mut().unwrap().after_sha = c.anchor.clone().unwrap().after_sha;
+        for bad in [no_digest, stray_digest] {
+            assert!(matches!(
+                Checkpoint::decode(&bad.encode()),
+                Err(CheckpointError::BadField {
+                    field: "anchor.after_sha",
+                    ..
+                })
+            ));
+        }
+        let mut v2 = c.clone();
+        v2.v = 2;
+        assert!(matches!(
+            Checkpoint::decode(&v2.encode()),
+            Err(CheckpointError::BadField {
+                field: "anchor.after",
+                ..
+            })
+        ));
+        // A version 2 anchor did not count the events after it: it reads as unreplayable.
+        let mut v2 = sample();
+        v2.v = 2;
+        let read = Checkpoint::decode(&v2.encode()).unwrap();
+        assert!(read.anchor.unwrap().scanned);
+        // Outside a scan, the anchor vouches for the watermark and is not newer.
+        let mut ahead = sample();
+        ahead.scan = None;
+        ahead.watermark = 8;
+        assert!(matches!(
+            Checkpoint::decode(&ahead.encode()),
+            Err(CheckpointError::BadField {
+                field: "anchor.rev",
+                ..
+            })
+        ));
     }
 
     #[test]

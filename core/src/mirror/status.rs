@@ -188,6 +188,8 @@ pub struct Status {
     pub source_history_proofs: u64,
     /// Watch revisions that went backwards and were checked by a proof.
     pub source_history_suspicions: u64,
+    /// Windows since the anchor that a new watch replayed and found as the mirror applied them.
+    pub source_history_windows: u64,
     pub split_revision_count: u64,
     pub lease_backed_key_count: u64,
     pub last_error: Option<String>,

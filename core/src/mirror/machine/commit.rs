@@ -56,7 +56,7 @@ impl Mirror {
             // Events of a watch whose start is not re-verified yet (etcd #18089) wait.
             return;
         }
-        if !self.history.verified
+        if (!self.history.verified || self.window_pending())
             && !matches!(front, Work::Claim | Work::Fence(FenceWhy::QuotaProbe))
         {
             return;
@@ -125,10 +125,6 @@ impl Mirror {
     /// The record a unit of work installs, derived from the durable one.
     pub(super) fn next_record(&self, work: &Work) -> Option<Checkpoint> {
         let mut rec = self.record.clone()?;
-        if !matches!(work, Work::Claim | Work::Fence(FenceWhy::QuotaProbe)) {
-            // Only writes made under a proven history record a newer anchor.
-            rec.anchor = self.anchor_for(&rec);
-        }
         match work {
             Work::Claim => {}
             Work::Scan {
@@ -176,6 +172,9 @@ impl Mirror {
                 rec.split = None;
                 rec.prune_pending = *prune;
                 rec.prune_floor = 0;
+                // The anchor vouched for the copy being replaced; the scan's pages bring
+                // the next one.
+                rec.anchor = None;
             }
             Work::Fence(FenceWhy::FinishGenesis { watermark, .. }) => {
                 // A split in progress stays recorded: its revision is only partly applied.
@@ -187,6 +186,14 @@ impl Mirror {
                 rec.watermark = rec.watermark.max(*rev);
             }
             Work::Fence(FenceWhy::QuotaProbe) => {}
+        }
+        if !matches!(
+            work,
+            Work::Claim | Work::Fence(FenceWhy::QuotaProbe | FenceWhy::StartGenesis { .. })
+        ) {
+            // Only writes made under a proven history record a newer anchor, as of the
+            // watermark they install.
+            rec.anchor = self.anchor_for(&rec);
         }
         Some(rec)
     }
@@ -230,6 +237,7 @@ impl Mirror {
             rec.prune_floor = rev;
         }
         self.status.last_applied_revision = rec.watermark;
+        self.history.committed(rec.watermark);
         self.record = Some(rec);
         match c.work {
             Work::Claim => self.after_claim(now),

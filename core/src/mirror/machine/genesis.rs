@@ -24,6 +24,7 @@ impl Mirror {
         self.retry.clear();
         let Some(rec) = self.record.clone() else {
             // Never claimed (a failed claim): start over from reading the fence.
+            self.history.resume(None);
             self.stage = Stage::Fencing;
             let cmd = self.fence_read_cmd();
             self.issue(Job::ReadFence, cmd);
@@ -33,6 +34,8 @@ impl Mirror {
             // Still parked: the quota probe decides.
             return;
         }
+        // Counting the events after the anchor goes on from what the target holds.
+        self.history.resume(rec.anchor.clone());
         if let Some(scan) = rec.scan.clone() {
             self.start_genesis_from(now, scan, rec.prune_pending);
         } else if rec.watermark == 0 && rec.split.is_none() {
@@ -78,6 +81,7 @@ impl Mirror {
             .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
         let g = self.new_gen(GenStep::R0, prune);
         self.gen = Some(g);
+        self.history.forget_anchors();
         let cmd = self.r0_cmd();
         self.issue(Job::ReadR0(self.gen_seq), cmd);
     }
@@ -274,7 +278,7 @@ impl Mirror {
         let mut leased_keys = Vec::with_capacity(r.kvs.len());
         for kv in r.kvs {
             if let Some(t) = self.keys.rewrite(&kv.key) {
-                self.history.offer(&kv);
+                self.history.offer_scanned(&kv);
                 leased_keys.push((kv.key.clone(), kv.lease != 0));
                 ops.push(TxnOp::Put {
                     key: t,

@@ -10,8 +10,9 @@
 //!   checkpoint's watermark included);
 //! - the checkpoint's [`Anchor`] (an in-range put the mirror copied) reads back the same at
 //!   its revision. If that revision is compacted, the key read now must still be that put;
-//!   if it changed, nothing can prove or disprove the history, and the mirror goes on with
-//!   the condition saying so (reason `AnchorCompacted`).
+//!   if it changed, nothing can prove or disprove the history, so the promise is not
+//!   extended: the mirror resyncs from the source as it is now, with the condition saying
+//!   so (reason `AnchorCompacted`).
 //!
 //! A linearizable source read that reports a lower revision than the source had reached
 //! before the read was issued stops the mirror too, as does a watch that goes backwards
@@ -19,6 +20,24 @@
 
 use super::*;
 use crate::mirror::checkpoint::Anchor;
+
+/// A window `(anchor, upto]` of the source's history that a new watch replays: it must
+/// deliver exactly the in-scope events the mirror counted after the anchor (a restore from a
+/// snapshot at or after the anchor, followed by new writes below the watermark, shows here
+/// and nowhere else).
+#[derive(Debug, Clone)]
+pub(super) struct Window {
+    pub(super) watch: u64,
+    anchor: i64,
+    pub(super) upto: i64,
+    want: u32,
+    want_sha: String,
+    seen: u32,
+    sha: String,
+}
+
+/// The revision being fed, the anchor before it, and its in-scope events so far.
+type Feeding = (i64, Option<Anchor>, Vec<(EventKind, Vec<u8>)>);
 
 /// What this process knows about the source's history.
 #[derive(Debug, Clone, Default)]
@@ -29,7 +48,7 @@ pub(super) struct History {
     pub(super) verified: bool,
     proving: bool,
     /// Proving at connect, before the claim: the outcome decides whether to claim.
-    at_connect: bool,
+    pub(super) at_connect: bool,
     /// The highest revision the source is known to have reached: read headers, watch
     /// revisions and the checkpoint. A linearizable read issued later may not report less.
     floor: i64,
@@ -42,8 +61,20 @@ pub(super) struct History {
     /// The pinned anchor read was refused as a future revision: the unpinned read that
     /// follows only learns the source's revision for the message.
     future: bool,
-    /// The newest in-range put seen: the anchor the next data write records.
+    /// The anchor as of the newest revision fed: the newest in-scope put (with the events
+    /// fed after it counted in `after`), or one from a scan page.
     pub(super) candidate: Option<Anchor>,
+    /// `candidate` as of the end of each fed revision not yet committed, so a write records
+    /// the anchor as of its own watermark (not one ahead of it).
+    marks: VecDeque<(i64, Option<Anchor>)>,
+    /// The revision being fed and the anchor before it, so a put deleted in its own
+    /// revision (it never held at a revision boundary) falls back to the anchor before.
+    feeding: Option<Feeding>,
+    /// The window of the source's history a new watch replays before its events count.
+    pub(super) window: Option<Window>,
+    /// While unproven: every in-scope event fed after `before_break` (puts too), counted
+    /// and chained on from its digest, so a replay can start at that anchor.
+    since_break: Option<(u32, String)>,
     /// The anchor's own revision is compacted: the next pinned read is at the watermark,
     /// where the put still holds unless the mirror saw the key deleted.
     at_watermark: bool,
@@ -55,42 +86,163 @@ pub(super) struct History {
 impl History {
     /// Forgets the proof: the next target write waits for a new one.
     pub(super) fn unverify(&mut self) {
+        if self.verified {
+            // The anchor as of the break. Events fed after it come from a stream not proven
+            // yet, so another break before the proof keeps this one, and counts them all.
+            self.before_break = self.candidate.clone();
+            self.since_break = self
+                .candidate
+                .as_ref()
+                .filter(|a| !a.scanned)
+                .map(|a| (a.after, a.after_sha.clone()));
+        }
         self.round += 1;
         self.verified = false;
         self.proving = false;
         self.compacted_at = None;
         self.future = false;
         self.at_watermark = false;
-        self.before_break = self.candidate.clone();
     }
 
-    /// Offers a key-value the source reported; the newest in-range put becomes the next anchor.
-    pub(super) fn offer(&mut self, kv: &KeyValue) {
-        if self
-            .candidate
-            .as_ref()
-            // `>=`: a later write of the same revision is what the revision holds.
-            .is_none_or(|a| kv.mod_revision >= a.rev)
-            && kv.mod_revision > 0
+    /// Offers a key-value a scan page read: the newest becomes the anchor, marked as
+    /// scanned (the events between it and the scan were not seen).
+    pub(super) fn offer_scanned(&mut self, kv: &KeyValue) {
+        if kv.mod_revision > 0
+            && self
+                .candidate
+                .as_ref()
+                .is_none_or(|a| kv.mod_revision > a.rev)
         {
-            self.candidate = Some(Anchor::of(kv));
+            self.candidate = Some(Anchor {
+                scanned: true,
+                ..Anchor::of(kv)
+            });
         }
     }
 
-    /// The mirror saw `key` deleted at `rev`: if it is the anchor's key, its put no longer
-    /// holds after `rev`, and never held at a revision boundary if deleted in its own.
-    pub(super) fn deleted(&mut self, key: &[u8], rev: i64) {
-        match self.candidate.as_mut().filter(|a| a.key == key) {
-            Some(a) if a.rev == rev => self.candidate = None,
-            Some(a) => a.gone = true,
-            None => {}
+    /// Feeds the in-scope events of revision `rev` in watch order (a revision may arrive in
+    /// more than one call). The last put whose key survives the revision becomes the anchor;
+    /// otherwise every event is counted after the current one.
+    pub(super) fn fed(&mut self, rev: i64, events: &[(EventKind, &KeyValue)]) {
+        if events.is_empty() {
+            return;
         }
+        if let (Some((n, sha)), Some(b)) = (self.since_break.as_mut(), self.before_break.as_ref()) {
+            if rev > b.rev {
+                for (kind, kv) in events {
+                    *n += 1;
+                    *sha = Anchor::chain(sha, rev, *kind, &kv.key);
+                }
+            }
+        }
+        if self.feeding.as_ref().is_none_or(|(r, ..)| *r != rev) {
+            self.feeding = Some((rev, self.candidate.clone(), Vec::new()));
+        }
+        let Some((_, before, seen)) = self.feeding.as_mut() else {
+            return;
+        };
+        let start = seen.len();
+        seen.extend(events.iter().map(|(k, kv)| (*k, kv.key.clone())));
+        let survivor = events
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, (k, _))| *k == EventKind::Put)
+            .find(|(i, (_, kv))| {
+                !seen[start + i + 1..]
+                    .iter()
+                    .any(|(k, key)| *k == EventKind::Delete && *key == kv.key)
+            })
+            .map(|(_, (_, kv))| *kv);
+        let mut next = match survivor {
+            Some(kv) => Some(Anchor::of(kv)),
+            None if self
+                .candidate
+                .as_ref()
+                .is_some_and(|a| a.rev == rev && !a.scanned) =>
+            {
+                // The anchor put of this revision was deleted in it: back to the one before,
+                // with the whole revision counted after it.
+                let mut a = before.clone();
+                if let Some(a) = a.as_mut() {
+                    for (k, key) in seen.iter() {
+                        count_after(a, rev, *k, key);
+                    }
+                }
+                a
+            }
+            None => {
+                let mut a = self.candidate.clone();
+                if let Some(a) = a.as_mut() {
+                    for (k, kv) in events {
+                        count_after(a, rev, *k, &kv.key);
+                    }
+                }
+                a
+            }
+        };
+        if let Some(a) = next.as_mut().filter(|a| a.rev == rev) {
+            // Events after the survivor in this revision: the anchor is read back at `rev`,
+            // which holds them too.
+            a.after = 0;
+            a.after_sha.clear();
+        }
+        self.candidate = next;
+        match self.marks.back_mut() {
+            Some((r, a)) if *r == rev => *a = self.candidate.clone(),
+            _ => self.marks.push_back((rev, self.candidate.clone())),
+        }
+    }
+
+    /// The anchor as of watermark `w`: the newest mark at or below it.
+    fn anchor_at(&self, w: i64) -> Option<Option<Anchor>> {
+        self.marks
+            .iter()
+            .rev()
+            .find(|(r, _)| *r <= w)
+            .map(|(_, a)| a.clone())
+    }
+
+    /// A write up to `w` landed: marks older than the one that holds at `w` are done.
+    pub(super) fn committed(&mut self, w: i64) {
+        while self.marks.len() > 1 && self.marks.get(1).is_some_and(|(r, _)| *r <= w) {
+            self.marks.pop_front();
+        }
+    }
+
+    /// The tail resumes from the durable record: its anchor is where counting goes on.
+    pub(super) fn resume(&mut self, anchor: Option<Anchor>) {
+        self.candidate = anchor;
+        self.marks.clear();
+        self.feeding = None;
+        self.before_break = None;
+        self.since_break = None;
+    }
+
+    /// A new copy starts: puts seen for the copy it replaces vouch for nothing in it.
+    pub(super) fn forget_anchors(&mut self) {
+        self.resume(None);
     }
 
     /// The source reached at least `rev` (committed evidence: a watch event or notification).
     pub(super) fn reached(&mut self, rev: i64) {
         self.floor = self.floor.max(rev);
     }
+}
+
+/// Counts an in-scope event after anchor `a` (a later put would have become the anchor).
+fn count_after(a: &mut Anchor, rev: i64, kind: EventKind, key: &[u8]) {
+    if a.scanned {
+        if kind == EventKind::Delete && key == a.key.as_slice() {
+            a.gone = true;
+        }
+        return;
+    }
+    if kind == EventKind::Delete && key == a.key.as_slice() {
+        a.gone = true;
+    }
+    a.after += 1;
+    a.after_sha = Anchor::chain(&a.after_sha, rev, kind, key);
 }
 
 /// Whether fact `new` replaces `old`: a later put, or the same put now known deleted.
@@ -167,7 +319,8 @@ impl Mirror {
 
     /// A new watch stream was established: events from it wait for a proof made after it.
     pub(super) fn on_watch_established(&mut self, watch_id: u64) {
-        if self.watch == Some(watch_id) {
+        // The replay before the claim is itself part of the connect proof.
+        if self.watch == Some(watch_id) && self.stage != Stage::Fencing {
             self.history.watch_header = 0;
             self.history.unverify();
         }
@@ -219,17 +372,16 @@ impl Mirror {
         self.issue(job, cmd);
     }
 
-    /// The fact a proof reads back: the record's anchor, or in a running agent the newest
-    /// put it saw before the break, when that is newer.
+    /// The fact a proof reads back: the record's anchor at connect; in a running agent the
+    /// anchor as of the last break (the newest put fed, at or after the record's).
     fn proof_anchor(&self) -> Option<Anchor> {
         let recorded = self.proof_record().and_then(|c| c.anchor.clone());
         if self.history.at_connect {
             return recorded;
         }
         match (recorded, &self.history.before_break) {
-            (Some(a), Some(b)) if supersedes(b, &a) => Some(b.clone()),
-            (None, Some(b)) => Some(b.clone()),
-            (a, _) => a,
+            (Some(a), Some(b)) if supersedes(&a, b) => Some(a),
+            (a, b) => b.clone().or(a),
         }
     }
 
@@ -369,33 +521,175 @@ impl Mirror {
                     "the checkpoint's anchor at source revision {} is {compacted} and the key {key} changed since, so the source cannot be proven to be the history the target copy came from (checkpoint watermark {w}, source revision {h})",
                     a.rev
                 );
-                // Nothing proves or disproves the history: ordinary compaction and a key
-                // written again make this common, and stopping would turn every restart
-                // after a quiet spell into an outage. The revision floor still held, and a
-                // source restored below the anchor's revision is refused by the pinned
-                // read, which a restored snapshot has not compacted. Go on, and say so.
-                self.history_proven(now, "AnchorCompacted", what)
+                // Nothing proves or disproves the history. Stopping would turn every
+                // restart after compaction into an outage; resuming would extend a promise
+                // nobody can check. So the checkpoint's promise is dropped, not extended:
+                // the copy is rebuilt from the source as it is now (a forced resync, the
+                // compaction recovery), and the condition says so.
+                self.resync_unprovable(now, h, what)
             }
         }
     }
 
+    /// The history cannot be proven: declare a forced resync instead of resuming. At
+    /// connect the claim itself carries the resync (`scan` set, a prune owed), so no
+    /// record re-asserts the unproven watermark; a running agent recovers as from a
+    /// compaction.
+    fn resync_unprovable(&mut self, now: Instant, source_rev: i64, what: String) {
+        let message = format!(
+            "{what}. The checkpoint's promise is not extended: the target is resynced from the source at revision {source_rev} (keys the source no longer has are pruned)"
+        );
+        if self.history.at_connect {
+            if let Some(found) = self.found.as_mut() {
+                found.scan = Some(Scan {
+                    base: source_rev,
+                    cursor: Vec::new(),
+                    scanned: false,
+                    rmax: source_rev,
+                    smax: Some(0),
+                    base_count: None,
+                });
+                found.split = None;
+                found.prune_pending = true;
+                found.prune_floor = 0;
+                found.anchor = None;
+            }
+            self.history.forget_anchors();
+            self.status.forced_resync_count += 1;
+            // The claim declares the resync: no window is left to replay.
+            self.history.window = None;
+            self.history.at_connect = false;
+            self.history_proven(now, "AnchorCompacted", message);
+            return self.after_fence_proven(now);
+        }
+        self.history_proven(now, "AnchorCompacted", message);
+        let c = self.history.compacted_at.unwrap_or(0);
+        self.on_compacted(now, c);
+    }
+
     fn history_proven(&mut self, now: Instant, reason: &str, message: String) {
         self.history.verified = true;
+        self.history.since_break = None;
         self.history.proving = false;
         self.status.source_history_proofs += 1;
         self.status
             .set_condition(now, C::SourceHistoryMismatch, false, reason, message);
-        if std::mem::take(&mut self.history.at_connect) {
+        if self.history.at_connect {
+            self.replay_before_claim(now);
+        }
+    }
+
+    /// At connect, after the point read: a found record whose window since the anchor can
+    /// be replayed is replayed before the claim, which would otherwise re-assert its
+    /// promise; then the claim goes on.
+    fn replay_before_claim(&mut self, now: Instant) {
+        let replayable = self.found.as_ref().is_some_and(|c| {
+            c.scan.is_none()
+                && c.anchor
+                    .as_ref()
+                    .is_some_and(|a| !a.scanned && a.rev < c.watermark)
+        });
+        if !replayable || !self.progress_trusted {
+            self.history.at_connect = false;
+            return self.after_fence_proven(now);
+        }
+        let w = self.found.as_ref().map_or(0, |c| c.watermark);
+        self.open_watch(now, w + 1);
+        if !self.window_pending() {
+            self.history.at_connect = false;
+            self.cancel_watch();
             self.after_fence_proven(now);
         }
+    }
+
+    /// The connect-time replay watch reported something (stage `Fencing`).
+    pub(super) fn on_connect_watch(&mut self, now: Instant, ev: WatchEvent) {
+        match ev {
+            WatchEvent::Events {
+                header_revision,
+                events,
+            } => {
+                self.observe_source_rev(now, header_revision);
+                self.watch_revision(header_revision, true);
+                if self.replay_window(now, events).is_some() {
+                    self.connect_window_closed(now);
+                }
+            }
+            WatchEvent::Progress { revision } => {
+                self.watch_revision(revision, false);
+                self.window_progress(now, revision);
+                if self.history.window.is_none() {
+                    self.connect_window_closed(now);
+                }
+            }
+            WatchEvent::Cancelled {
+                compact_revision, ..
+            } if compact_revision > 0 => self.on_compacted(now, compact_revision),
+            WatchEvent::Cancelled { reason, .. } => self.connect_window_retry(now, reason),
+            WatchEvent::Failed { failure } => self.connect_window_retry(now, failure.to_string()),
+        }
+    }
+
+    fn connect_window_closed(&mut self, now: Instant) {
+        if self.stage != Stage::Fencing || !self.history.at_connect {
+            return;
+        }
+        self.history.at_connect = false;
+        self.cancel_watch();
+        self.after_fence_proven(now);
+    }
+
+    /// The replay watch broke before it passed the window: open it again after a backoff.
+    fn connect_window_retry(&mut self, now: Instant, why: String) {
+        self.status.last_error = Some(why);
+        self.watch = None;
+        let w = self.found.as_ref().map_or(0, |c| c.watermark);
+        let at = now + self.backoff.next_delay(&mut self.rng);
+        let id = self.next_watch_id;
+        self.next_watch_id += 1;
+        self.watch = Some(id);
+        let from = self.watch_start(id, w);
+        self.retry
+            .retain(|r| !matches!(r.job, Job::WatchOpen(_) | Job::WatchGuard { .. }));
+        let (job, cmd) = self.watch_open_step(id, from);
+        self.retry.push(Retry { at, cmd, job });
+    }
+
+    /// The window's start is compacted at connect: nothing proves it, so no promise is
+    /// extended (see [`Mirror::resync_unprovable`]).
+    pub(super) fn connect_window_compacted(&mut self, now: Instant, compact_revision: i64) {
+        self.cancel_watch();
+        self.history.window = None;
+        let (a, w) = self.found.as_ref().map_or((0, 0), |c| {
+            (c.anchor.as_ref().map_or(0, |a| a.rev), c.watermark)
+        });
+        let what = format!(
+            "the source's history after the checkpoint's anchor (revision {a}) is compacted (compact revision {compact_revision}), so the events up to watermark {w} cannot be replayed"
+        );
+        let h = self.history.floor;
+        self.resync_unprovable(now, h, what);
     }
 
     /// The proof failed. At connect, a matching `initialSync.abandonWatermark` abandons the
     /// checkpoint; otherwise the mirror stops without writing.
     fn history_failed(&mut self, now: Instant, kind: FailKind, what: String) {
         let w = self.proof_record().map_or(0, |c| c.watermark);
-        if self.history.at_connect && self.cfg.initial_sync.abandon_watermark == Some(w) {
-            return self.abandon_checkpoint(now, what);
+        if self.cfg.initial_sync.abandon_watermark == Some(w) {
+            if self.history.at_connect {
+                return self.abandon_checkpoint(now, what);
+            }
+            if !self.committing && self.record.is_some() {
+                // The window replay after the claim failed: give up the tail, then abandon
+                // the record this agent holds the same way.
+                self.cancel_watch();
+                self.work.clear();
+                self.batcher.clear();
+                self.pass = None;
+                self.gen = None;
+                self.stage = Stage::Fencing;
+                self.found = self.record.clone();
+                return self.abandon_checkpoint(now, what);
+            }
         }
         let message = if w > 0 {
             format!(
@@ -440,12 +734,130 @@ impl Mirror {
         self.after_fence_proven(now);
     }
 
-    /// The anchor a data write records: the newest in-range put seen, when newer.
+    /// The anchor a write records, as of its own watermark: during a scan the newest seen
+    /// (the record promises nothing yet), in the tail the anchor as of the watermark. Never
+    /// one the record could not carry (newer than a settled watermark).
     pub(super) fn anchor_for(&self, rec: &Checkpoint) -> Option<Anchor> {
-        match (&self.history.candidate, &rec.anchor) {
-            (Some(c), Some(a)) if supersedes(c, a) => Some(c.clone()),
-            (Some(c), None) => Some(c.clone()),
-            (_, a) => a.clone(),
+        let fits = |a: &Anchor| rec.scan.is_some() || a.rev <= rec.watermark;
+        let fresh = if self.stage == Stage::Genesis {
+            Some(self.history.candidate.clone())
+        } else {
+            self.history.anchor_at(rec.watermark)
+        };
+        match fresh {
+            Some(Some(a)) if fits(&a) => Some(a),
+            Some(None) if self.stage != Stage::Genesis => None,
+            _ => rec.anchor.clone().filter(fits),
         }
+    }
+
+    /// Where a tail watch opening after everything up to `upto` was fed starts: right after
+    /// it, or, to prove the window since the anchor, at the anchor's next revision. Needs
+    /// trusted progress notifications, which close a window that holds no events.
+    pub(super) fn watch_start(&mut self, watch: u64, upto: i64) -> i64 {
+        self.history.window = None;
+        let connecting = self.stage == Stage::Fencing && self.history.at_connect;
+        if !(self.stage == Stage::Tail || connecting) || !self.progress_trusted {
+            return upto + 1;
+        }
+        let unproven = !connecting && !self.history.verified && self.history.before_break.is_some();
+        let anchor = if connecting {
+            self.found.as_ref().and_then(|c| c.anchor.as_ref())
+        } else if unproven {
+            // Everything fed since the last proven point is replayed, puts included.
+            self.history.before_break.as_ref()
+        } else {
+            self.history.candidate.as_ref()
+        };
+        let Some(a) = anchor.filter(|a| !a.scanned && a.rev < upto) else {
+            return upto + 1;
+        };
+        let (want, want_sha) = match (&self.history.since_break, unproven) {
+            (Some((n, sha)), true) => (*n, sha.clone()),
+            _ => (a.after, a.after_sha.clone()),
+        };
+        let a = a.rev;
+        self.history.window = Some(Window {
+            watch,
+            anchor: a,
+            upto,
+            want,
+            want_sha,
+            seen: 0,
+            sha: String::new(),
+        });
+        a + 1
+    }
+
+    /// Whether the current watch is still replaying its window: nothing is written then.
+    pub(super) fn window_pending(&self) -> bool {
+        self.history
+            .window
+            .as_ref()
+            .is_some_and(|w| self.watch == Some(w.watch))
+    }
+
+    /// Takes the part of a watch response inside the replayed window. Returns the events
+    /// after it (`None`: nothing is left, or the history failed).
+    pub(super) fn replay_window(
+        &mut self,
+        now: Instant,
+        mut events: Vec<Event>,
+    ) -> Option<Vec<Event>> {
+        if !self.window_pending() {
+            return Some(events);
+        }
+        let mut win = self.history.window.take()?;
+        let cut = events.partition_point(|e| e.kv.mod_revision <= win.upto);
+        let rest = events.split_off(cut);
+        for e in events.iter().filter(|e| self.keys.in_scope(&e.kv.key)) {
+            win.seen += 1;
+            win.sha = Anchor::chain(&win.sha, e.kv.mod_revision, e.kind, &e.kv.key);
+            if win.seen > win.want {
+                let key = self.keys.redact(&e.kv.key);
+                let what = format!(
+                    "replaying the source from revision {} found {} at revision {} for key {key}, which this mirror never saw there: after the anchor it applied {} in-range event(s) up to revision {}",
+                    win.anchor + 1,
+                    if e.kind == EventKind::Put { "a put" } else { "a delete" },
+                    e.kv.mod_revision,
+                    win.want,
+                    win.upto
+                );
+                self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+                return None;
+            }
+        }
+        if rest.is_empty() {
+            self.history.window = Some(win);
+            return None;
+        }
+        self.close_window(now, win).then_some(rest)
+    }
+
+    /// The watch reported everything up to `rev` delivered (a trusted progress notification).
+    pub(super) fn window_progress(&mut self, now: Instant, rev: i64) {
+        if self.window_pending() && self.history.window.as_ref().is_some_and(|w| rev >= w.upto) {
+            if let Some(win) = self.history.window.take() {
+                self.close_window(now, win);
+            }
+        }
+    }
+
+    /// The replay passed the window: it must have held exactly the counted events.
+    fn close_window(&mut self, now: Instant, win: Window) -> bool {
+        if win.seen == win.want && win.sha == win.want_sha {
+            self.status.source_history_windows += 1;
+            return true;
+        }
+        let what = format!(
+            "replaying the source from revision {} to {} found {} in-range event(s) where this mirror applied {}{}",
+            win.anchor + 1,
+            win.upto,
+            win.seen,
+            win.want,
+            if win.seen == win.want { ", and they differ" } else { "" }
+        );
+        self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+        false
     }
 }

@@ -15,9 +15,8 @@ impl Mirror {
         let w = self.record.as_ref().map_or(0, |r| r.watermark);
         // A split revision in progress is re-delivered from its start; `feed_events`
         // skips the ops already applied.
-        let from = w + 1;
         self.delivered = w;
-        self.open_watch(now, from);
+        self.open_watch(now, w + 1);
     }
 
     pub(super) fn open_watch(&mut self, now: Instant, from: i64) {
@@ -25,6 +24,7 @@ impl Mirror {
         let id = self.next_watch_id;
         self.next_watch_id += 1;
         self.watch = Some(id);
+        let from = self.watch_start(id, from - 1);
         let (job, cmd) = self.watch_open_step(id, from);
         self.issue(job, cmd);
         self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
@@ -104,6 +104,10 @@ impl Mirror {
     }
 
     pub(super) fn on_watch(&mut self, now: Instant, ev: WatchEvent) {
+        if self.stage == Stage::Fencing {
+            // Only the replay before the claim watches while fencing (history.rs).
+            return self.on_connect_watch(now, ev);
+        }
         // Once the watch has read past its start, repeat the guard read: if the start is
         // the compact revision now, the compaction may have raced the catch-up read.
         if let (Some((id, from, false)), Some(w)) = (self.watch_unverified, self.watch) {
@@ -135,6 +139,10 @@ impl Mirror {
                         "the source sent watch events out of revision order".into(),
                     );
                 }
+                // A new watch first replays the window since the anchor (history.rs).
+                let Some(events) = self.replay_window(now, events) else {
+                    return;
+                };
                 // Every event up to `delivered` was delivered (or a trusted progress
                 // notification said so): one at or below it contradicts the stream, and
                 // applying it could record a split behind the watermark.
@@ -200,6 +208,10 @@ impl Mirror {
                 self.observe_source_rev(now, revision);
                 self.watch_revision(revision, false);
                 if !self.progress_trusted {
+                    return;
+                }
+                self.window_progress(now, revision);
+                if self.stage == Stage::Stopped {
                     return;
                 }
                 self.delivered = self.delivered.max(revision);
@@ -282,10 +294,10 @@ impl Mirror {
         self.history.unverify();
         let delay = self.backoff.next_delay(&mut self.rng);
         let at = now + delay;
-        let from = self.delivered + 1;
         let id = self.next_watch_id;
         self.next_watch_id += 1;
         self.watch = Some(id);
+        let from = self.watch_start(id, self.delivered);
         self.status.backoff = Some(BackoffState {
             kind: "transient".into(),
             attempt: self.backoff.attempt(),
@@ -298,6 +310,13 @@ impl Mirror {
     }
 
     pub(super) fn on_compacted(&mut self, now: Instant, compact_revision: i64) {
+        if self.stage == Stage::Fencing {
+            // Only the replay before the claim watches while fencing.
+            if self.history.at_connect {
+                self.connect_window_compacted(now, compact_revision);
+            }
+            return;
+        }
         self.pass = None;
         self.status.set_condition(
             now,
@@ -351,17 +370,26 @@ impl Mirror {
             .as_ref()
             .and_then(|r| r.scan.as_ref())
             .map_or(w, |s| s.base.max(w));
+        // The anchor moves with every revision fed (events arrive in revision order).
+        let mut i = 0;
+        while i < events.len() {
+            let rev = events[i].kv.mod_revision;
+            let n = events[i..].partition_point(|e| e.kv.mod_revision == rev);
+            if rev > floor {
+                let in_scope: Vec<(EventKind, &KeyValue)> = events[i..i + n]
+                    .iter()
+                    .filter(|e| self.keys.in_scope(&e.kv.key))
+                    .map(|e| (e.kind, &e.kv))
+                    .collect();
+                self.history.fed(rev, &in_scope);
+            }
+            i += n;
+        }
         let mut groups: Vec<RevGroup> = Vec::new();
         for e in events {
             let rev = e.kv.mod_revision;
             if rev <= floor {
                 continue;
-            }
-            if self.keys.in_scope(&e.kv.key) {
-                match e.kind {
-                    EventKind::Put => self.history.offer(&e.kv),
-                    EventKind::Delete => self.history.deleted(&e.kv.key, rev),
-                }
             }
             // Ops on excluded or out-of-scope keys are dropped before anything counts
             // them, so split offsets are stable across a resume.
