@@ -75,6 +75,8 @@ pub(super) struct History {
     /// While unproven: every in-scope event fed after `before_break` (puts too), counted
     /// and chained on from its digest, so a replay can start at that anchor.
     since_break: Option<(u32, String)>,
+    /// The fact the current proof round reads back.
+    asked: Option<Anchor>,
     /// The anchor's own revision is compacted: the next pinned read is at the watermark,
     /// where the put still holds unless the mirror saw the key deleted.
     at_watermark: bool,
@@ -363,6 +365,11 @@ impl Mirror {
     }
 
     fn issue_proof(&mut self, pinned: bool) {
+        if !self.history.proving {
+            // A round reads one fact, even if the anchor moves before its answer (a resume,
+            // a retry of a failed read).
+            self.history.asked = self.proof_anchor();
+        }
         self.history.proving = true;
         let job = Job::ProveHistory {
             round: self.history.round,
@@ -388,7 +395,7 @@ impl Mirror {
     /// One point read: the anchor key (at its revision when `pinned`), or with no anchor
     /// the first key of the source range, for the header revision alone.
     pub(super) fn proof_cmd(&self, pinned: bool) -> Command {
-        let anchor = self.proof_anchor();
+        let anchor = self.history.asked.clone();
         let w = self.proof_record().map_or(0, |c| c.watermark);
         let (key, revision, keys_only) = match &anchor {
             Some(a) if pinned && self.history.at_watermark => (a.key.clone(), w, false),
@@ -427,7 +434,7 @@ impl Mirror {
             return;
         };
         let w = rec.watermark;
-        let anchor = self.proof_anchor();
+        let anchor = self.history.asked.clone();
         let r = match result {
             Ok(Reply::Range(r)) => r,
             Err(Failure::Compacted { rev }) if pinned && anchor.is_some() => {
