@@ -579,8 +579,19 @@ impl Mirror {
         self.history.since_break = None;
         self.history.proving = false;
         self.status.source_history_proofs += 1;
-        self.status
-            .set_condition(now, C::SourceHistoryMismatch, false, reason, message);
+        // While the resync an unprovable history caused runs, its proofs check the revision
+        // only; the condition keeps saying why the copy is being rebuilt.
+        let resyncing = self.stage == Stage::Genesis
+            && reason == "RevisionOnly"
+            && self
+                .status
+                .conditions
+                .get(&C::SourceHistoryMismatch)
+                .is_some_and(|c| c.reason == "AnchorCompacted");
+        if !resyncing {
+            self.status
+                .set_condition(now, C::SourceHistoryMismatch, false, reason, message);
+        }
         if self.history.at_connect {
             self.replay_before_claim(now);
         }
