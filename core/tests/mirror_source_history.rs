@@ -72,15 +72,7 @@ fn failed(h: &mut Harness) -> (FailKind, String) {
 
 /// No Txn of any kind was ever emitted (not even the claim).
 fn wrote_nothing(h: &Harness) -> bool {
-    !h.log.iter().any(|o| {
-        matches!(
-            o,
-            Output::Command {
-                cmd: Command::Txn(_),
-                ..
-            }
-        )
-    })
+    txns(h) == 0
 }
 
 #[test]
@@ -107,8 +99,7 @@ fn a_snapshot_newer_than_the_anchor_but_older_than_the_watermark_is_refused() {
     // Restored from a snapshot at revision 95: the anchor's put (90) is in it, but the
     // revisions 96..=100 the target copied are not.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 95);
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(95, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 95);
     let (kind, msg) = failed(&mut h);
     assert_eq!(kind, FailKind::SourceHistoryMismatch);
     assert!(msg.contains("revision 95, below revision 100"), "{msg}");
@@ -141,8 +132,7 @@ fn a_source_past_the_watermark_with_another_history_is_refused() {
 #[test]
 fn the_same_history_resumes_and_later_writes_record_a_newer_anchor() {
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 120);
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 120);
     pass_replay(&mut h, 120);
     // The claim keeps the watermark and the anchor, and writes the current record version.
     let (id, cmd) = one(h.drain());
@@ -168,8 +158,7 @@ fn the_same_history_resumes_and_later_writes_record_a_newer_anchor() {
             events: vec![put_ev(b"/app/n", b"1", 121)],
         },
     );
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(121, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 121);
     let (_, cmd) = one(h.drain());
     assert_eq!(data_ops(&cmd), vec![put(b"/mirror/n", b"1")]);
     let rec = fence_of(&cmd);
@@ -305,8 +294,7 @@ fn abandon_watermark_copies_the_new_source_afresh_only_when_the_proof_fails() {
         &anchored(100),
         120,
     );
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 120);
     pass_replay(&mut h, 120);
     let (_, cmd) = one(h.drain());
     assert_eq!(fence_of(&cmd).watermark, 100);
@@ -483,8 +471,7 @@ fn a_compacted_anchor_is_read_back_at_the_watermark() {
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
     let (id, _) = proof(&mut h);
     h.done(id, Err(Failure::Compacted { rev: 95 }));
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(300, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 300);
     // The window 91..=100 is partly compacted (95): no replay, so a resync.
     compacted_replay(&mut h, 95);
 
@@ -540,6 +527,28 @@ fn anchored_with(deletes: &[(&[u8], i64)]) -> Checkpoint {
     rec
 }
 
+/// The proof read comes and the source answers with the anchor's put, unchanged.
+fn proof_passes(h: &mut Harness, src_rev: i64) {
+    let (id, _) = proof(h);
+    h.done(id, Ok(range(src_rev, vec![anchor_kv()], false)));
+}
+
+/// The Txns the agent sent, of any kind.
+fn txns(h: &Harness) -> usize {
+    h.log
+        .iter()
+        .filter(|o| {
+            matches!(
+                o,
+                Output::Command {
+                    cmd: Command::Txn(_),
+                    ..
+                }
+            )
+        })
+        .count()
+}
+
 /// The one command emitted, besides cancelling a replay watch that did its job.
 fn one(cmds: Vec<(u64, Command)>) -> (u64, Command) {
     support::one(
@@ -591,8 +600,7 @@ fn compacted_replay(h: &mut Harness, compact_revision: i64) {
 
 /// Claims after a passing point proof and returns the first watch the tail opens.
 fn claim_and_watch(h: &mut Harness, src_rev: i64) -> (u64, WatchRequest) {
-    let (id, _) = proof(h);
-    h.done(id, Ok(range(src_rev, vec![anchor_kv()], false)));
+    proof_passes(h, src_rev);
     pass_replay(h, src_rev);
     let (id, _) = one(h.drain());
     h.done(id, Ok(txn_ok(16)));
@@ -602,8 +610,7 @@ fn claim_and_watch(h: &mut Harness, src_rev: i64) -> (u64, WatchRequest) {
     };
     h.done(wid, Ok(Reply::WatchStarted));
     // The proof made after the watch was established passes too.
-    let (id, _) = proof(h);
-    h.done(id, Ok(range(src_rev, vec![anchor_kv()], false)));
+    proof_passes(h, src_rev);
     (wid, w)
 }
 
@@ -612,8 +619,7 @@ fn a_put_below_the_watermark_that_the_mirror_never_saw_is_a_mismatch() {
     // Restored from a snapshot at 95, above the anchor (90): the point read cannot tell the
     // histories apart. The new history put /app/z at 97, below the old watermark (100).
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 120);
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 120);
     // Before the claim, which would re-assert the promise, the window is replayed.
     let w = connect_replay(&mut h);
     h.watch(
@@ -645,20 +651,7 @@ fn a_put_below_the_watermark_that_the_mirror_never_saw_is_a_mismatch() {
         },
     );
     assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
-    let txns = h
-        .log
-        .iter()
-        .filter(|o| {
-            matches!(
-                o,
-                Output::Command {
-                    cmd: Command::Txn(_),
-                    ..
-                }
-            )
-        })
-        .count();
-    assert_eq!(txns, 1, "only the claim");
+    assert_eq!(txns(&h), 1, "only the claim");
 }
 
 #[test]
@@ -669,8 +662,7 @@ fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
     let mut cfg = config(InitialSyncMode::RequireEmpty);
     cfg.sync.exclude_prefixes = vec!["skip/".into()];
     let mut h = start_with(cfg, &rec, 120);
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 120);
     let same = vec![
         del_ev(b"/app/d", 95),
         put_ev(b"/app/skip/x", b"1", 96),
@@ -693,8 +685,7 @@ fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
         panic!("{cmd:?}")
     };
     h.done(wid, Ok(Reply::WatchStarted));
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(121, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 121);
     h.watch(
         w.watch_id,
         WatchEvent::Events {
@@ -708,8 +699,7 @@ fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
 
     // Another history deleted another key there: same count, another digest.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &rec, 120);
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 120);
     let w = connect_replay(&mut h);
     h.watch(
         w.watch_id,
@@ -729,8 +719,7 @@ fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
     // And one that never deleted it: a progress notification past the watermark closes
     // the window with an event missing.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &rec, 120);
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(120, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 120);
     pass_replay(&mut h, 120);
     let (kind, msg) = failed(&mut h);
     assert_eq!(kind, FailKind::SourceHistoryMismatch);
@@ -794,8 +783,7 @@ fn a_running_agent_counts_what_it_applies_and_replays_it_after_a_break() {
 fn a_compacted_window_is_resynced() {
     // At connect: the claim declares the resync instead of re-asserting the watermark.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);
-    let (id, _) = proof(&mut h);
-    h.done(id, Ok(range(300, vec![anchor_kv()], false)));
+    proof_passes(&mut h, 300);
     let w = connect_replay(&mut h);
     h.watch(
         w.watch_id,

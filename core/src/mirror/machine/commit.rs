@@ -161,20 +161,7 @@ impl Mirror {
             Work::Fence(FenceWhy::StartGenesis {
                 base, prune, count, ..
             }) => {
-                rec.scan = Some(Scan {
-                    base: *base,
-                    cursor: Vec::new(),
-                    scanned: false,
-                    rmax: *base,
-                    smax: Some(0),
-                    base_count: *count,
-                });
-                rec.split = None;
-                rec.prune_pending = *prune;
-                rec.prune_floor = 0;
-                // The anchor vouched for the copy being replaced; the scan's pages bring
-                // the next one.
-                rec.anchor = None;
+                rec.start_scan(*base, *prune, *count);
             }
             Work::Fence(FenceWhy::FinishGenesis { watermark, .. }) => {
                 // A split in progress stays recorded: its revision is only partly applied.

@@ -163,8 +163,9 @@ impl History {
                 .as_ref()
                 .is_some_and(|a| a.rev == rev && !a.scanned) =>
             {
-                // The anchor put of this revision was deleted in it: back to the one before,
-                // with the whole revision counted after it.
+                // The anchor came from this revision, which arrived in parts and has no
+                // surviving put now: back to the anchor before it, with the whole revision
+                // counted after it.
                 let mut a = before.clone();
                 if let Some(a) = a.as_mut() {
                     for (k, key) in seen.iter() {
@@ -234,17 +235,14 @@ impl History {
 
 /// Counts an in-scope event after anchor `a` (a later put would have become the anchor).
 fn count_after(a: &mut Anchor, rev: i64, kind: EventKind, key: &[u8]) {
-    if a.scanned {
-        if kind == EventKind::Delete && key == a.key.as_slice() {
-            a.gone = true;
-        }
-        return;
-    }
     if kind == EventKind::Delete && key == a.key.as_slice() {
         a.gone = true;
     }
-    a.after += 1;
-    a.after_sha = Anchor::chain(&a.after_sha, rev, kind, key);
+    // A scanned anchor's window is not replayable, so its events are not counted.
+    if !a.scanned {
+        a.after += 1;
+        a.after_sha = Anchor::chain(&a.after_sha, rev, kind, key);
+    }
 }
 
 /// Whether fact `new` replaces `old`: a later put, or the same put now known deleted.
@@ -548,18 +546,7 @@ impl Mirror {
         );
         if self.history.at_connect {
             if let Some(found) = self.found.as_mut() {
-                found.scan = Some(Scan {
-                    base: source_rev,
-                    cursor: Vec::new(),
-                    scanned: false,
-                    rmax: source_rev,
-                    smax: Some(0),
-                    base_count: None,
-                });
-                found.split = None;
-                found.prune_pending = true;
-                found.prune_floor = 0;
-                found.anchor = None;
+                found.start_scan(source_rev, true, None);
             }
             self.history.forget_anchors();
             self.status.forced_resync_count += 1;
@@ -660,17 +647,8 @@ impl Mirror {
     /// The replay watch broke before it passed the window: open it again after a backoff.
     fn connect_window_retry(&mut self, now: Instant, why: String) {
         self.status.last_error = Some(why);
-        self.watch = None;
         let w = self.found.as_ref().map_or(0, |c| c.watermark);
-        let at = now + self.backoff.next_delay(&mut self.rng);
-        let id = self.next_watch_id;
-        self.next_watch_id += 1;
-        self.watch = Some(id);
-        let from = self.watch_start(id, w);
-        self.retry
-            .retain(|r| !matches!(r.job, Job::WatchOpen(_) | Job::WatchGuard { .. }));
-        let (job, cmd) = self.watch_open_step(id, from);
-        self.retry.push(Retry { at, cmd, job });
+        self.reopen_watch_later(now, w);
     }
 
     /// The window's start is compacted at connect: nothing proves it, so no promise is
@@ -692,22 +670,10 @@ impl Mirror {
     /// checkpoint; otherwise the mirror stops without writing.
     fn history_failed(&mut self, now: Instant, kind: FailKind, what: String) {
         let w = self.proof_record().map_or(0, |c| c.watermark);
-        if self.cfg.initial_sync.abandon_watermark == Some(w) {
-            if self.history.at_connect {
-                return self.abandon_checkpoint(now, what);
-            }
-            if !self.committing && self.record.is_some() {
-                // The window replay after the claim failed: give up the tail, then abandon
-                // the record this agent holds the same way.
-                self.cancel_watch();
-                self.work.clear();
-                self.batcher.clear();
-                self.pass = None;
-                self.gen = None;
-                self.stage = Stage::Fencing;
-                self.found = self.record.clone();
-                return self.abandon_checkpoint(now, what);
-            }
+        // At start only: the window replay runs before the claim too, so a restart after a
+        // running agent stopped here reaches this point with the record found.
+        if self.history.at_connect && self.cfg.initial_sync.abandon_watermark == Some(w) {
+            return self.abandon_checkpoint(now, what);
         }
         let message = if w > 0 {
             format!(
@@ -725,6 +691,8 @@ impl Mirror {
     /// The operator named this watermark: drop the checkpoint's progress and copy the
     /// current source afresh with the configured initial-sync mode.
     fn abandon_checkpoint(&mut self, now: Instant, what: String) {
+        // The replay watch, if it found the mismatch, has done its job.
+        self.cancel_watch();
         let Some(found) = self.found.as_mut() else {
             return;
         };

@@ -292,12 +292,16 @@ impl Mirror {
         self.status.last_error = Some(why);
         // A broken stream may come back on another server: prove the history again.
         self.history.unverify();
-        let delay = self.backoff.next_delay(&mut self.rng);
-        let at = now + delay;
+        self.reopen_watch_later(now, self.delivered);
+    }
+
+    /// Opens a new watch after a backoff, past `upto` (or replaying the window before it).
+    pub(super) fn reopen_watch_later(&mut self, now: Instant, upto: i64) {
+        let at = now + self.backoff.next_delay(&mut self.rng);
         let id = self.next_watch_id;
         self.next_watch_id += 1;
         self.watch = Some(id);
-        let from = self.watch_start(id, self.delivered);
+        let from = self.watch_start(id, upto);
         self.status.backoff = Some(BackoffState {
             kind: "transient".into(),
             attempt: self.backoff.attempt(),
