@@ -236,15 +236,9 @@ impl Checkpoint {
         if !(u64::from(OLDEST_READABLE)..=u64::from(VERSION)).contains(&v) {
             return Err(CheckpointError::UnsupportedVersion(v));
         }
-        let mut c: Checkpoint =
+        let c: Checkpoint =
             serde_json::from_slice(bytes).map_err(|e| CheckpointError::Malformed(e.to_string()))?;
         c.check()?;
-        if c.v < 3 {
-            if let Some(a) = &mut c.anchor {
-                // Version 2 did not count the events after the anchor: no window replay.
-                a.scanned = true;
-            }
-        }
         Ok(c)
     }
 
@@ -320,6 +314,23 @@ impl Checkpoint {
             }
         }
         Ok(())
+    }
+
+    /// Rewrites an older record as the current version. A version 2 anchor did not count
+    /// the events after it, so it becomes unreplayable (`scanned`).
+    pub fn upgrade(&mut self) {
+        if self.v < 3 {
+            if let Some(a) = &mut self.anchor {
+                a.scanned = true;
+            }
+        }
+        self.v = VERSION;
+    }
+
+    /// The anchor whose window since it a proof can replay: counted events (version 3) and
+    /// not from a scan.
+    pub fn replayable_anchor(&self) -> Option<&Anchor> {
+        self.anchor.as_ref().filter(|a| self.v >= 3 && !a.scanned)
     }
 
     /// Records a (re)copy starting from a scan at `base`: no promise holds until it finishes,
@@ -465,11 +476,20 @@ mod tests {
         let mut v2 = c.clone();
         v2.v = 2;
         assert_eq!(refused_field(&v2), Some("anchor.after"));
-        // A version 2 anchor did not count the events after it: it reads as unreplayable.
+        // A version 2 anchor did not count the events after it: it cannot be replayed, and
+        // stays so once the record is rewritten as the current version. Decoding keeps the
+        // record as it was written (it re-encodes the same).
         let mut v2 = sample();
         v2.v = 2;
-        let read = Checkpoint::decode(&v2.encode()).unwrap();
-        assert!(read.anchor.unwrap().scanned);
+        let mut read = Checkpoint::decode(&v2.encode()).unwrap();
+        assert_eq!(read, v2);
+        assert!(read.replayable_anchor().is_none());
+        assert!(sample().replayable_anchor().is_some());
+        read.upgrade();
+        assert_eq!(read.v, VERSION);
+        assert!(read.anchor.as_ref().unwrap().scanned);
+        assert!(read.replayable_anchor().is_none());
+        assert_eq!(Checkpoint::decode(&read.encode()).unwrap(), read);
         // Outside a scan, the anchor vouches for the watermark and is not newer.
         let mut ahead = sample();
         ahead.scan = None;

@@ -430,7 +430,7 @@ impl Mirror {
             self.takeovers += 1;
             self.fence_rev = kv.mod_revision;
             let mut rec = theirs;
-            rec.v = VERSION;
+            rec.upgrade();
             rec.epoch = c.record.epoch + 1;
             rec.holder = self.holder.clone();
             self.status.epoch = rec.epoch;

@@ -197,7 +197,7 @@ impl Mirror {
             target_cluster: format!("{tgt_id:x}"),
             anchor: None,
         });
-        rec.v = VERSION;
+        rec.upgrade();
         rec.epoch = epoch;
         rec.holder = self.holder.clone();
         rec.source_cluster = format!("{src_id:x}");

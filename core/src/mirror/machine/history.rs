@@ -589,10 +589,7 @@ impl Mirror {
     /// promise; then the claim goes on.
     fn replay_before_claim(&mut self, now: Instant) {
         let replayable = self.found.as_ref().is_some_and(|c| {
-            c.scan.is_none()
-                && c.anchor
-                    .as_ref()
-                    .is_some_and(|a| !a.scanned && a.rev < c.watermark)
+            c.scan.is_none() && c.replayable_anchor().is_some_and(|a| a.rev < c.watermark)
         });
         if !replayable || !self.progress_trusted {
             self.history.at_connect = false;
@@ -748,7 +745,7 @@ impl Mirror {
         }
         let unproven = !connecting && !self.history.verified && self.history.before_break.is_some();
         let anchor = if connecting {
-            self.found.as_ref().and_then(|c| c.anchor.as_ref())
+            self.found.as_ref().and_then(Checkpoint::replayable_anchor)
         } else if unproven {
             // Everything fed since the last proven point is replayed, puts included.
             self.history.before_break.as_ref()
