@@ -654,3 +654,57 @@ fn a_long_paced_repair_cancels_the_watch_and_resumes_after_the_pass() {
         "the watch resumes after what was delivered"
     );
 }
+
+#[test]
+fn a_cutover_parked_on_nospace_is_verified_again_and_redone() {
+    // Found by the simulator (seeds 76114364, 10222): the park dropped the queued cut-over,
+    // and the drain waited for it forever.
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.done(
+        id,
+        Ok(Reply::Range(tidemark_core::etcd::RangeReply {
+            header_revision: 100,
+            kvs: vec![],
+            more: false,
+            count: 1,
+        })),
+    );
+    let cmds = h.drain();
+    let next = verify(
+        &mut h,
+        cmds,
+        vec![kv(b"/app/a", b"1", 50)],
+        vec![tkv(b"/mirror/a", b"1")],
+    );
+    let (id, cmd) = one(next);
+    assert_eq!(fence_of(&cmd).role, Role::Primary);
+    h.done(id, Err(Failure::NoSpace));
+    h.drain();
+    assert!(h.m.status().condition(ConditionType::TargetQuotaExhausted));
+    // The quota probe lands: the tail resumes and the drain starts over from its target.
+    h.advance(Duration::from_secs(61));
+    let (id, cmd) = one(h.drain());
+    assert!(
+        data_ops(&cmd).is_empty(),
+        "the probe writes the fence alone"
+    );
+    assert_eq!(fence_of(&cmd).role, Role::Mirror);
+    h.done(id, Ok(txn_ok(20)));
+    let cmds = h.drain();
+    // A new verification round, pinned at the watermark, then the cut-over again.
+    let next = verify(
+        &mut h,
+        cmds.into_iter()
+            .filter(|(_, c)| !matches!(c, Command::Watch(_)))
+            .collect(),
+        vec![kv(b"/app/a", b"1", 50)],
+        vec![tkv(b"/mirror/a", b"1")],
+    );
+    let (id, cmd) = one(next);
+    assert_eq!(fence_of(&cmd).role, Role::Primary);
+    h.done(id, Ok(txn_ok(21)));
+    h.drain();
+    assert_eq!(h.stopped(), Some(StopReason::Drained));
+}

@@ -26,7 +26,6 @@ pub(super) struct DrainState {
     pub(super) counts: Counts,
     pub(super) leased: u64,
     pub(super) verified_at: Option<Instant>,
-    pub(super) flipping: bool,
 }
 
 impl DrainState {
@@ -54,14 +53,12 @@ impl Mirror {
                 counts: Counts::default(),
                 leased: 0,
                 verified_at: None,
-                flipping: false,
             });
             self.status.phase = Phase::Draining;
         }
+        // A queued or in-flight cut-over keeps the agent from being quiescent; one that was
+        // dropped (a park on NOSPACE, a takeover) is redone from a fresh verification.
         if let Some(d) = &self.drain {
-            if d.flipping {
-                return;
-            }
             match d.target {
                 None if !d.reading => self.read_drain_target(),
                 None => {}
@@ -163,7 +160,6 @@ impl Mirror {
                 d.counts = counts;
                 d.leased = leased;
                 d.verified_at = Some(now);
-                d.flipping = true;
             }
             self.work.push_back(Work::Fence(FenceWhy::Cutover));
             return;
