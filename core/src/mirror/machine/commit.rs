@@ -56,9 +56,7 @@ impl Mirror {
             // Events of a watch whose start is not re-verified yet (etcd #18089) wait.
             return;
         }
-        if (!self.history.verified || self.window_pending())
-            && !matches!(front, Work::Claim | Work::Fence(FenceWhy::QuotaProbe))
-        {
+        if (!self.history.verified || self.window_pending()) && !matches!(front, Work::Claim) {
             return;
         }
         let n = front.ops().len() as u64;
@@ -581,6 +579,9 @@ impl Mirror {
     }
 
     pub(super) fn park(&mut self, now: Instant) {
+        // The quota probe rewrites the record: it waits for a proof made after the park, so
+        // a park that outlasts a restore of the source never re-asserts the old promise.
+        self.history.unverify();
         self.pass = None;
         self.committing = false;
         self.stage = Stage::Parked;
