@@ -165,6 +165,7 @@ impl Mirror {
             return;
         };
         self.delivered = scan.base;
+        self.history.genesis_seen = Some((scan.base, 0, String::new()));
         self.open_watch(now, scan.base + 1);
         let windows = self.keys.source_windows();
         if let Some(g) = &mut self.gen {

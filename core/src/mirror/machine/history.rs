@@ -77,6 +77,9 @@ pub(super) struct History {
     since_break: Option<(u32, String)>,
     /// The fact the current proof round reads back.
     asked: Option<Anchor>,
+    /// During a genesis: its scan base, and the in-scope events its watches delivered after
+    /// it (counted and chained), so a reopened genesis watch replays them all.
+    pub(super) genesis_seen: Option<(i64, u32, String)>,
     /// The anchor's own revision is compacted: the next pinned read is at the watermark,
     /// where the put still holds unless the mirror saw the key deleted.
     at_watermark: bool,
@@ -225,6 +228,18 @@ impl History {
     /// A new copy starts: puts seen for the copy it replaces vouch for nothing in it.
     pub(super) fn forget_anchors(&mut self) {
         self.resume(None);
+    }
+
+    /// A genesis watch delivered these events past the scan base (in-scope ones only).
+    pub(super) fn genesis_delivered(&mut self, events: &[(EventKind, i64, &[u8])]) {
+        if let Some((base, n, sha)) = self.genesis_seen.as_mut() {
+            for (kind, rev, key) in events {
+                if *rev > *base {
+                    *n += 1;
+                    *sha = Anchor::chain(sha, *rev, *kind, key);
+                }
+            }
+        }
     }
 
     /// The source reached at least `rev` (committed evidence: a watch event or notification).
@@ -739,6 +754,26 @@ impl Mirror {
     /// trusted progress notifications, which close a window that holds no events.
     pub(super) fn watch_start(&mut self, watch: u64, upto: i64) -> i64 {
         self.history.window = None;
+        if self.stage == Stage::Genesis {
+            // A genesis promises nothing until it finishes, but what it applies must come
+            // from one history: a reopened watch replays everything delivered since the base.
+            let Some((base, n, sha)) = self.history.genesis_seen.clone() else {
+                return upto + 1;
+            };
+            if !self.progress_trusted || base >= upto {
+                return upto + 1;
+            }
+            self.history.window = Some(Window {
+                watch,
+                anchor: base,
+                upto,
+                want: n,
+                want_sha: sha,
+                seen: 0,
+                sha: String::new(),
+            });
+            return base + 1;
+        }
         let connecting = self.stage == Stage::Fencing && self.history.at_connect;
         if !(self.stage == Stage::Tail || connecting) || !self.progress_trusted {
             return upto + 1;

@@ -160,6 +160,14 @@ impl Mirror {
                 if let Some(last) = events.last() {
                     self.delivered = self.delivered.max(last.kv.mod_revision);
                 }
+                if self.stage == Stage::Genesis {
+                    let seen: Vec<(EventKind, i64, &[u8])> = events
+                        .iter()
+                        .filter(|e| self.keys.in_scope(&e.kv.key))
+                        .map(|e| (e.kind, e.kv.mod_revision, e.kv.key.as_slice()))
+                        .collect();
+                    self.history.genesis_delivered(&seen);
+                }
                 if let Some(n) = self.gen.as_mut().and_then(|g| g.live.as_mut()) {
                     // Keys in the source range at `delivered`, for the untrusted probe. Every
                     // event here is past the old `delivered` (checked above).
