@@ -663,19 +663,24 @@ impl Mirror {
         self.reopen_watch_later(now, w);
     }
 
+    /// A replayed window neither proves nor disproves the history: no promise is extended.
+    fn window_unprovable(&mut self, now: Instant, what: String) {
+        self.cancel_watch();
+        self.history.window = None;
+        let h = self.history.floor;
+        self.resync_unprovable(now, h, what);
+    }
+
     /// The window's start is compacted at connect: nothing proves it, so no promise is
     /// extended (see [`Mirror::resync_unprovable`]).
     pub(super) fn connect_window_compacted(&mut self, now: Instant, compact_revision: i64) {
-        self.cancel_watch();
-        self.history.window = None;
         let (a, w) = self.found.as_ref().map_or((0, 0), |c| {
             (c.anchor.as_ref().map_or(0, |a| a.rev), c.watermark)
         });
         let what = format!(
             "the source's history after the checkpoint's anchor (revision {a}) is compacted (compact revision {compact_revision}), so the events up to watermark {w} cannot be replayed"
         );
-        let h = self.history.floor;
-        self.resync_unprovable(now, h, what);
+        self.window_unprovable(now, what);
     }
 
     /// The proof failed. At connect, a matching `initialSync.abandonWatermark` abandons the
@@ -866,6 +871,19 @@ impl Mirror {
         if win.seen == win.want && win.sha == win.want_sha {
             self.status.source_history_windows += 1;
             return true;
+        }
+        if win.seen < win.want && self.drops_compact_tombstone {
+            // This etcd drops a delete at exactly the compact revision from a watch (etcd
+            // #18089), so a missing event may be that tombstone: nothing proves the window.
+            let what = format!(
+                "replaying the source from revision {} to {} found {} in-range event(s) where this mirror applied {}, and this etcd version drops a delete at the compact revision from watches (etcd #18089), so the window cannot be proven",
+                win.anchor + 1,
+                win.upto,
+                win.seen,
+                win.want
+            );
+            self.window_unprovable(now, what);
+            return false;
         }
         let what = format!(
             "replaying the source from revision {} to {} found {} in-range event(s) where this mirror applied {}{}",

@@ -104,10 +104,6 @@ impl Mirror {
     }
 
     pub(super) fn on_watch(&mut self, now: Instant, ev: WatchEvent) {
-        if self.stage == Stage::Fencing {
-            // Only the replay before the claim watches while fencing (history.rs).
-            return self.on_connect_watch(now, ev);
-        }
         // Once the watch has read past its start, repeat the guard read: if the start is
         // the compact revision now, the compaction may have raced the catch-up read.
         if let (Some((id, from, false)), Some(w)) = (self.watch_unverified, self.watch) {
@@ -116,6 +112,10 @@ impl Mirror {
                 let (_, cmd) = self.watch_open_step(id, from);
                 self.issue(Job::WatchRecheck { watch_id: id, from }, cmd);
             }
+        }
+        if self.stage == Stage::Fencing {
+            // Only the replay before the claim watches while fencing (history.rs).
+            return self.on_connect_watch(now, ev);
         }
         match ev {
             WatchEvent::Events {
