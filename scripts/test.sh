@@ -26,6 +26,11 @@ step "cargo test --workspace"
 timeout --signal=TERM --kill-after=30s "${TIDEMARK_TEST_TIMEOUT:-45m}" \
   cargo test --workspace --no-fail-fast
 
+step "fuzz regressions on stable (seed corpus and every kept crash)"
+# fuzz/ is a workspace of its own (its targets need nightly flags); its tests replay the
+# same checks as the targets, without libFuzzer.
+(cd fuzz && cargo test --quiet)
+
 if [ -x scripts/sim-batch.sh ]; then
   step "simulator seed batch"
   bash scripts/sim-batch.sh

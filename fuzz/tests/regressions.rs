@@ -2,7 +2,8 @@
 //! Rust and without libFuzzer: the seed corpus (`corpus/<target>/`) and every crash the
 //! fuzzers found (`regressions/<target>/`, one file per crash, named after what it caught).
 //!
-//! `cargo test` in `fuzz/` runs it; `scripts/fuzz-smoke.sh` runs it before fuzzing.
+//! `cargo test` in `fuzz/` runs it, and `scripts/test.sh` (the CI test command) runs that;
+//! `scripts/fuzz-smoke.sh` also replays the kept crashes through the libFuzzer binaries.
 
 // Panics are the test report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
