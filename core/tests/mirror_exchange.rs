@@ -230,13 +230,18 @@ fn compaction_in_tail_forces_resync_with_prune_and_latches_loop() {
         cmds[1].0,
         Ok(range(600, vec![kv(b"/app/a", b"9", 550)], false)),
     );
-    let (id, cmd) = one(h.drain());
+    // The page was bounded: the scan reads on (answered empty) while the keys are written.
+    let (id, cmd) = scan_on_to_txn(&mut h);
     assert_eq!(data_ops(&cmd), vec![put(b"/mirror/a", b"9")]);
     assert_eq!(
         fence_of(&cmd).prune_floor,
         20,
         "the floor is the revision of the write that started this genesis"
     );
+    h.done(id, Ok(txn_ok(21)));
+    // The rest of the range is empty: one cursor-only Txn records the scan complete.
+    let (id, cmd) = scan_on_to_txn(&mut h);
+    assert!(data_ops(&cmd).is_empty() && fence_of(&cmd).scan.is_some_and(|s| s.scanned));
     h.done(id, Ok(txn_ok(21)));
     // Mark and sweep: keys-only target pages; keys below the floor were not seen.
     let (id, cmd) = one(h.drain());
@@ -962,4 +967,24 @@ fn on_an_affected_server_events_wait_for_the_post_watch_recheck() {
     );
     let (_, cmd) = one(h.drain());
     assert!(matches!(cmd, Command::Txn(_)));
+}
+
+/// Answers bounded scan pages (source reads of keys) as empty until a Txn is emitted.
+fn scan_on_to_txn(h: &mut Harness) -> (u64, Command) {
+    let mut txn = None;
+    for _ in 0..200 {
+        for (id, cmd) in h.drain() {
+            match &cmd {
+                Command::Range(r) if r.cluster == Cluster::Source && !r.count_only => {
+                    h.done(id, Ok(range(600, vec![], false)));
+                }
+                Command::Txn(_) if txn.is_none() => txn = Some((id, cmd)),
+                other => panic!("unexpected command while scanning: {other:?}"),
+            }
+        }
+        if let Some(t) = txn {
+            return t;
+        }
+    }
+    panic!("the scan never wrote");
 }

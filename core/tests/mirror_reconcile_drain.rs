@@ -435,7 +435,7 @@ fn untrusted_drain_target_ignores_writes_under_excluded_prefixes() {
     };
     let mut cmds = h.drain();
     let mut rev = 10;
-    for _ in 0..50 {
+    for _ in 0..500 {
         if cmds.iter().any(|(_, c)| first_window(c)) {
             break;
         }

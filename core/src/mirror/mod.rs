@@ -6,6 +6,7 @@ pub mod checkpoint;
 pub mod io;
 pub mod keys;
 mod machine;
+pub mod pager;
 pub mod status;
 pub mod version;
 

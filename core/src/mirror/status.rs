@@ -192,6 +192,12 @@ pub struct Status {
     pub source_history_windows: u64,
     pub split_revision_count: u64,
     pub lease_backed_key_count: u64,
+    /// Keys the source walked to answer our paged reads (the replies' `count`), and keys
+    /// those reads returned: a ratio near 1 means every read cost one page.
+    pub source_keys_walked: u64,
+    pub source_keys_returned: u64,
+    /// Time the genesis scan waited for the target to take what was read ahead.
+    pub reader_stall_seconds: f64,
     pub last_error: Option<String>,
     pub backoff: Option<BackoffState>,
     pub last_counts: Option<Counts>,

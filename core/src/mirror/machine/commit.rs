@@ -239,7 +239,7 @@ impl Mirror {
                     if scanned {
                         self.scan_complete(now);
                     } else {
-                        self.maybe_read_page();
+                        self.maybe_read_page(now);
                     }
                 }
             }

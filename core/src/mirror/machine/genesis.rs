@@ -66,8 +66,10 @@ impl Mirror {
             read_done: false,
             held: VecDeque::new(),
             held_bytes: 0,
+            scan_pager: Pager::default(),
             sweep_cursor: Vec::new(),
             sweep_window: 0,
+            stalled_since: None,
             probe_at: None,
             leased: 0,
         }
@@ -183,7 +185,7 @@ impl Mirror {
         if scan.scanned {
             self.scan_complete(now);
         } else {
-            self.maybe_read_page();
+            self.maybe_read_page(now);
         }
     }
 
@@ -196,10 +198,11 @@ impl Mirror {
         } else {
             w.start.clone()
         };
+        let range_end = g.scan_pager.bound(w, &key);
         Some(Command::Range(RangeRequest {
             cluster: Cluster::Source,
             key,
-            range_end: w.end.clone(),
+            range_end,
             revision: 0,
             limit: i64::from(g.page_limit),
             count_only: false,
@@ -209,16 +212,27 @@ impl Mirror {
     }
 
     /// Reads the next page while earlier pages are still being written, so the target
-    /// never waits for a source read; at most a few pages are buffered.
-    pub(super) fn maybe_read_page(&mut self) {
-        let queued = self
+    /// never waits for a source read. What is read ahead is capped in bytes (pages vary
+    /// from a few keys to `pageKeyLimit`), which bounds a genesis's memory.
+    pub(super) fn maybe_read_page(&mut self, now: Instant) {
+        let queued: u64 = self
             .work
             .iter()
             .filter(|w| matches!(w, Work::Scan { .. }))
-            .count();
-        let Some(g) = &self.gen else { return };
-        if g.reading || g.read_done || g.step != GenStep::Scanning || queued > PREFETCH_CHUNKS {
+            .flat_map(|w| w.ops())
+            .map(|o| o.wire_size() as u64)
+            .sum();
+        let cap = self.cfg.sync.page_bytes.saturating_mul(READ_AHEAD_PAGES);
+        let Some(g) = &mut self.gen else { return };
+        if g.reading || g.read_done || g.step != GenStep::Scanning {
             return;
+        }
+        if queued >= cap {
+            g.stalled_since.get_or_insert(now);
+            return;
+        }
+        if let Some(t) = g.stalled_since.take() {
+            self.status.reader_stall_seconds += now.saturating_duration_since(t).as_secs_f64();
         }
         match self.scan_cmd() {
             Some(cmd) => {
@@ -258,17 +272,36 @@ impl Mirror {
         g.reading = false;
         g.rmax = g.rmax.max(r.header_revision);
         g.smax = g.smax.map(|s| s.max(page_smax));
-        // Adapt the page to the byte budget.
+        let last_key = r.kvs.last().map(|kv| kv.key.clone());
+        let Some(w) = windows.get(g.window) else {
+            return;
+        };
+        let from = if g.read_cursor > w.start {
+            g.read_cursor.clone()
+        } else {
+            w.start.clone()
+        };
+        let bound = g.scan_pager.bound(w, &from);
+        let reply = PageReply {
+            last: last_key.as_deref(),
+            returned: r.kvs.len(),
+            more: r.more,
+            count: r.count,
+            limit: g.page_limit,
+        };
+        self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
+        self.status.source_keys_returned += r.kvs.len() as u64;
+        // Adapt the page to the byte budget (the pager aims each bound at the limit).
         if page_bytes > budget {
             g.page_limit = (g.page_limit / 2).max(1);
-        } else if page_bytes < budget / 2 && r.more {
+        } else if page_bytes < budget / 2 && r.kvs.len() * 2 >= g.page_limit as usize {
             g.page_limit = g.page_limit.saturating_mul(2).min(max_limit);
         }
-        let last_key = r.kvs.last().map(|kv| kv.key.clone());
-        let (cursor_after, scanned) = match (&last_key, r.more) {
-            (Some(k), true) => (next_key(k.clone()), false),
-            _ => {
+        let (cursor_after, scanned) = match g.scan_pager.advance(w, &from, &bound, reply) {
+            pager::Next::From(c) => (c, false),
+            pager::Next::Done => {
                 g.window += 1;
+                g.scan_pager.reset();
                 match windows.get(g.window) {
                     Some(w) => (w.start.clone(), false),
                     None => (last_key.clone().map(next_key).unwrap_or_default(), true),
@@ -292,6 +325,12 @@ impl Mirror {
         g.read_cursor = cursor_after.clone();
         g.read_done = scanned;
         if chunks.is_empty() {
+            if !scanned {
+                // Nothing to write: the durable cursor moves with the next page that has
+                // keys (a bounded scan reads many empty spans between key clusters, and a
+                // fenced Txn for each would cost the target a write per span).
+                return self.maybe_read_page(now);
+            }
             let seq = g.seq;
             self.work.push_back(Work::Scan {
                 seq,
@@ -300,7 +339,7 @@ impl Mirror {
                 scanned,
                 leased: 0,
             });
-            return self.maybe_read_page();
+            return self.maybe_read_page(now);
         }
         let seq = g.seq;
         let n = chunks.len();
@@ -324,7 +363,7 @@ impl Mirror {
                 leased,
             });
         }
-        self.maybe_read_page();
+        self.maybe_read_page(now);
     }
 
     pub(super) fn scan_complete(&mut self, now: Instant) {

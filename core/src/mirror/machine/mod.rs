@@ -35,6 +35,7 @@ use crate::mirror::batcher::{self, Batch, Batcher, Limits, RevGroup};
 use crate::mirror::checkpoint::{Checkpoint, Role, Scan, Split, VERSION};
 use crate::mirror::io::{CommandId, Control, FailKind, Input, Output, StopReason};
 use crate::mirror::keys::{before_end, KeySpace};
+use crate::mirror::pager::{self, PageReply, Pager};
 use crate::mirror::status::{BackoffState, ConditionType as C, Counts, Cutover, Phase, Status};
 use crate::mirror::version::Version;
 use crate::rng::Rng;
@@ -52,7 +53,9 @@ const UNTRUSTED_PROBE_EVERY: Duration = Duration::from_secs(1);
 /// Bound on fence re-reads and re-claims in a row before giving up as FenceLost.
 const MAX_TAKEOVERS: u32 = 3;
 /// Scan chunks queued before the next page is read (prefetch depth).
-const PREFETCH_CHUNKS: usize = 16;
+/// Scan pages read ahead of the writes, in multiples of `sync.pageBytes` (the memory cap of
+/// a genesis: what is queued for the target plus one page in flight).
+const READ_AHEAD_PAGES: u64 = 4;
 
 /// What a command in flight was for, so its reply is routed to the right flow.
 #[derive(Debug, Clone)]
@@ -222,8 +225,12 @@ struct Genesis {
     /// Events held while scanning or sweeping, with their byte size.
     held: VecDeque<Vec<Event>>,
     held_bytes: u64,
+    /// The density of the scan's pages (bounded reads; see `pager`).
+    scan_pager: Pager,
     sweep_cursor: Vec<u8>,
     sweep_window: usize,
+    /// When the scan reader last stopped for the read-ahead cap (the writer is behind).
+    stalled_since: Option<Instant>,
     probe_at: Option<Instant>,
     leased: u64,
 }

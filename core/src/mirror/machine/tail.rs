@@ -40,11 +40,13 @@ impl Mirror {
         if from <= 1 {
             return (Job::WatchOpen(id), self.watch_cmd(id, from));
         }
-        let (key, range_end) = self.keys.source_range();
+        // One key, not the range: etcd refuses a compacted revision before it looks any
+        // key up, and a range read would walk the whole source range for its count.
+        let (key, _) = self.keys.source_range();
         let guard = Command::Range(RangeRequest {
             cluster: Cluster::Source,
             key,
-            range_end,
+            range_end: Vec::new(),
             revision: from - 1,
             limit: 1,
             count_only: true,
