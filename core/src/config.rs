@@ -177,6 +177,11 @@ pub struct SyncSpec {
     /// Flush a batch before its payload exceeds this many bytes.
     #[serde(default = "default_txn_flush_bytes")]
     pub txn_flush_bytes: u64,
+    /// Most fenced Txns in flight at once (scan and tail writes; each builds on the one
+    /// before it). 1 sends one Txn per round trip; more keeps a distant target busy.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 64)))]
+    #[serde(default = "default_max_txns_in_flight")]
+    pub max_txns_in_flight: u32,
     /// Upper bound on keys per scan page; pages adapt below it by bytes.
     #[serde(default = "default_page_key_limit")]
     pub page_key_limit: u32,
@@ -221,6 +226,7 @@ impl Default for SyncSpec {
             exclude_prefixes: Vec::new(),
             max_txn_ops: default_max_txn_ops(),
             txn_flush_bytes: default_txn_flush_bytes(),
+            max_txns_in_flight: default_max_txns_in_flight(),
             page_key_limit: default_page_key_limit(),
             page_bytes: default_page_bytes(),
             watch_buffer_bytes: default_watch_buffer_bytes(),
@@ -317,6 +323,9 @@ fn default_max_txn_ops() -> u32 {
 }
 fn default_txn_flush_bytes() -> u64 {
     1 << 20
+}
+fn default_max_txns_in_flight() -> u32 {
+    16
 }
 fn default_page_key_limit() -> u32 {
     // etcd 3.4/3.5 count the rest of the range on every limited read, so small pages make a
@@ -477,6 +486,12 @@ impl MirrorConfig {
         }
         if s.txn_flush_bytes < 1024 || s.txn_flush_bytes > ETCD_DEFAULT_MAX_REQUEST_BYTES * 64 {
             bad("sync.txnFlushBytes", format!("is {}; use 1KiB..96MiB and keep it below the target's --max-request-bytes (default 1.5MiB)", s.txn_flush_bytes));
+        }
+        if s.max_txns_in_flight == 0 || s.max_txns_in_flight > 64 {
+            bad(
+                "sync.maxTxnsInFlight",
+                format!("is {}; use 1..64", s.max_txns_in_flight),
+            );
         }
         if s.page_key_limit == 0 || s.page_key_limit > 100_000 {
             bad(

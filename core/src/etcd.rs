@@ -90,15 +90,43 @@ pub enum CompareTarget {
     ModRevision,
     CreateRevision,
     Version,
+    /// The value bytes (`Compare::bytes`). Fails on a missing key, as etcd does.
+    Value,
 }
 
-/// `target(key) == value`; the only comparison the core needs.
+/// `target(key) == value` (or `== bytes` for [`CompareTarget::Value`]); the only
+/// comparison the core needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Compare {
     #[serde(with = "crate::bytes_b64")]
     pub key: Vec<u8>,
     pub target: CompareTarget,
     pub value: i64,
+    /// The expected value of a [`CompareTarget::Value`] compare; empty otherwise.
+    #[serde(default, with = "crate::bytes_b64")]
+    pub bytes: Vec<u8>,
+}
+
+impl Compare {
+    /// `value(key) == bytes`: what a pipelined fenced Txn compares (the record it builds on).
+    pub fn value_is(key: Vec<u8>, bytes: Vec<u8>) -> Compare {
+        Compare {
+            key,
+            target: CompareTarget::Value,
+            value: 0,
+            bytes,
+        }
+    }
+
+    /// `target(key) == value` on a revision or version.
+    pub fn revision(key: Vec<u8>, target: CompareTarget, value: i64) -> Compare {
+        Compare {
+            key,
+            target,
+            value,
+            bytes: Vec::new(),
+        }
+    }
 }
 
 /// One operation inside a Txn branch.

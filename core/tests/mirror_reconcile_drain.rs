@@ -247,6 +247,7 @@ fn a_foreign_fence_aborts_the_pass_with_prefix_conflict() {
 fn fence_bytes_for_test() -> Vec<u8> {
     let c = Checkpoint {
         v: 1,
+        seq: 0,
         link: "x".into(),
         epoch: 1,
         holder: "0123456789abcdef0123456789abcdef".into(),

@@ -33,6 +33,7 @@ fn anchor_kv() -> KeyValue {
 fn anchored(watermark: i64) -> Checkpoint {
     Checkpoint {
         v: VERSION,
+        seq: 0,
         anchor: Some(Anchor::of(&anchor_kv())),
         ..found_record(4, watermark)
     }

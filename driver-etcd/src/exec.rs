@@ -230,6 +230,7 @@ async fn txn(c: Conn, req: TxnRequest) -> Result<TxnReply, Failure> {
                 EcCompare::create_revision(cmp.key, CompareOp::Equal, cmp.value)
             }
             CompareTarget::Version => EcCompare::version(cmp.key, CompareOp::Equal, cmp.value),
+            CompareTarget::Value => EcCompare::value(cmp.key, CompareOp::Equal, cmp.bytes),
         })
         .collect();
     let success: Vec<EcTxnOp> = req.success.into_iter().map(op).collect();

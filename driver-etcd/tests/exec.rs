@@ -134,11 +134,11 @@ async fn txn_semantics(v: V) {
     let get = TxnOp::Get { key: fence.clone() };
     // Create when absent.
     let t = TxnRequest {
-        compares: vec![Compare {
-            key: fence.clone(),
-            target: CompareTarget::CreateRevision,
-            value: 0,
-        }],
+        compares: vec![Compare::revision(
+            fence.clone(),
+            CompareTarget::CreateRevision,
+            0,
+        )],
         success: vec![
             put("/m/a", "1"),
             TxnOp::Put {
@@ -162,11 +162,11 @@ async fn txn_semantics(v: V) {
     assert_eq!(f.version, 1);
     // ModRevision compare succeeds with the right value, with a Get in the success branch.
     let t = TxnRequest {
-        compares: vec![Compare {
-            key: fence.clone(),
-            target: CompareTarget::ModRevision,
-            value: rev1,
-        }],
+        compares: vec![Compare::revision(
+            fence.clone(),
+            CompareTarget::ModRevision,
+            rev1,
+        )],
         success: vec![
             TxnOp::Delete {
                 key: b"/m/a".to_vec(),
@@ -190,15 +190,36 @@ async fn txn_semantics(v: V) {
     assert_eq!(r3.reads[1].as_ref().unwrap().value, b"f2");
     // Version compare and a ranged delete.
     let t = TxnRequest {
-        compares: vec![Compare {
-            key: fence.clone(),
-            target: CompareTarget::Version,
-            value: 2,
-        }],
+        compares: vec![Compare::revision(fence.clone(), CompareTarget::Version, 2)],
         success: vec![put("/m/b1", "x"), put("/m/b2", "x")],
         failure: vec![],
     };
     assert!(run_txn(&x, t).await.unwrap().succeeded);
+    // Value compares (what a pipelined Txn uses): equal bytes apply, other bytes do not,
+    // and a missing key never matches, not even the empty value.
+    let by_value = |key: &[u8], bytes: &[u8]| TxnRequest {
+        compares: vec![Compare::value_is(key.to_vec(), bytes.to_vec())],
+        success: vec![put("/m/v", "x")],
+        failure: vec![],
+    };
+    assert!(
+        run_txn(&x, by_value(&fence, b"f2"))
+            .await
+            .unwrap()
+            .succeeded
+    );
+    assert!(
+        !run_txn(&x, by_value(&fence, b"f1"))
+            .await
+            .unwrap()
+            .succeeded
+    );
+    assert!(
+        !run_txn(&x, by_value(b"/m/absent", b""))
+            .await
+            .unwrap()
+            .succeeded
+    );
     let t = TxnRequest {
         compares: vec![],
         success: vec![TxnOp::Delete {

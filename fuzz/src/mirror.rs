@@ -436,6 +436,7 @@ impl Store {
                 CompareTarget::ModRevision => kv.map_or(0, |k| k.mod_revision),
                 CompareTarget::CreateRevision => kv.map_or(0, |k| k.create_revision),
                 CompareTarget::Version => kv.map_or(0, |k| k.version),
+                CompareTarget::Value => return kv.is_some_and(|k| k.value == c.bytes),
             };
             got == c.value
         });
@@ -561,6 +562,11 @@ impl World {
             ),
             CompareTarget::CreateRevision => assert_eq!(c.value, 0, "CreateRevision compare not 0"),
             CompareTarget::Version => panic!("fence compared by Version"),
+            // The record a pipelined Txn builds on: always one this link wrote.
+            CompareTarget::Value => assert!(
+                Checkpoint::decode(&c.bytes).is_ok() || self.chaos,
+                "Value compare against bytes that are not a checkpoint"
+            ),
         }
         let Some(TxnOp::Put { key, value }) = t.success.last() else {
             panic!("success branch does not end with a Put: {t:?}");

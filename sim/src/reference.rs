@@ -158,6 +158,7 @@ impl RefReplicator {
         let epoch = self.fence.as_ref().map_or(1, |f| f.epoch);
         Checkpoint {
             v: 1,
+            seq: 0,
             link: self.cfg.link_id(),
             epoch,
             holder: self.holder.clone(),
@@ -186,17 +187,9 @@ impl RefReplicator {
         };
         let fk = self.keys.checkpoint_key().to_vec();
         let compare = if self.fence_mod == 0 {
-            Compare {
-                key: fk.clone(),
-                target: CompareTarget::CreateRevision,
-                value: 0,
-            }
+            Compare::revision(fk.clone(), CompareTarget::CreateRevision, 0)
         } else {
-            Compare {
-                key: fk.clone(),
-                target: CompareTarget::ModRevision,
-                value: self.fence_mod,
-            }
+            Compare::revision(fk.clone(), CompareTarget::ModRevision, self.fence_mod)
         };
         ops.push(TxnOp::Put {
             key: fk.clone(),

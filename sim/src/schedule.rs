@@ -35,22 +35,30 @@ pub enum FaultyMode {
     /// taken just before the most recent [`Fault::RestoreSource`], so a proof that should
     /// fail passes. Needs the real core and a restore fault to bite.
     StaleHistoryProof,
+    /// A chain-breaking driver: every fenced Txn sent while others of its agent are in
+    /// flight compares the record the first of them compared (the start of the chain),
+    /// not the record its predecessor installs. Needs the real core (it pipelines).
+    CompareChainStart,
 }
 
 impl FaultyMode {
     /// Every mode.
-    pub const ALL: [FaultyMode; 5] = [
+    pub const ALL: [FaultyMode; 6] = [
         FaultyMode::DropFenceCompare,
         FaultyMode::ReorderCommits,
         FaultyMode::DropWatchEvent,
         FaultyMode::ApplyTwiceAfterCrash,
         FaultyMode::StaleHistoryProof,
+        FaultyMode::CompareChainStart,
     ];
 
     /// Whether the mode only shows against the real core (the reference double makes no
     /// source-history proof, so a lie about one changes nothing).
     pub fn needs_core(self) -> bool {
-        self == FaultyMode::StaleHistoryProof
+        matches!(
+            self,
+            FaultyMode::StaleHistoryProof | FaultyMode::CompareChainStart
+        )
     }
 }
 

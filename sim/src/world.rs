@@ -128,6 +128,9 @@ struct Faulty {
     /// A crashed agent's commit waiting to be applied again.
     replay: Option<(u32, u32, TxnRequest, i64)>,
     replayed: bool,
+    /// CompareChainStart: per agent, the bytes the first Txn in flight compared and the
+    /// ids of its Txns in flight.
+    chains: BTreeMap<u32, (Vec<u8>, BTreeSet<u64>)>,
 }
 
 /// How a run ended.
@@ -670,6 +673,7 @@ impl World {
                 k.extend_from_slice(DEFAULT_CHECKPOINT_SUFFIX.as_bytes());
                 let value = Checkpoint {
                     v: CHECKPOINT_VERSION,
+                    seq: 0,
                     link: "sibling-link".into(),
                     epoch: 1,
                     holder: "5151515151515151aaaaaaaaaaaaaaaa".into(),
@@ -962,6 +966,8 @@ impl World {
             return false;
         }
         self.harvest(agent);
+        // Replies to the crashed process never come: its chain ends here.
+        self.faulty.chains.remove(&agent);
         let a = &mut self.agents[agent as usize];
         let old = a.conn();
         a.replicator = None;
@@ -1088,6 +1094,11 @@ impl World {
             );
         }
         self.trace.record(self.now, agent, "in", &input);
+        if let Input::Done { id, .. } = &input {
+            if let Some((_, ids)) = self.faulty.chains.get_mut(&agent) {
+                ids.remove(id);
+            }
+        }
         if let Some(r) = self.agents[agent as usize].replicator.as_mut() {
             r.handle_input(now, input);
         }
@@ -1511,6 +1522,9 @@ impl World {
             if self.opts.faulty == Some(FaultyMode::DropFenceCompare) {
                 t.compares.clear();
             }
+            if self.opts.faulty == Some(FaultyMode::CompareChainStart) {
+                self.compare_chain_start(agent, id, t);
+            }
         }
         let basis = self.agents[agent as usize].source_epoch;
         self.push(
@@ -1734,6 +1748,26 @@ impl World {
                 self.route(out);
             }
         }
+    }
+
+    /// CompareChainStart: a Txn sent behind others of its agent compares what the first
+    /// of them compared.
+    fn compare_chain_start(&mut self, agent: u32, id: u64, t: &mut TxnRequest) {
+        let Some(c) = t
+            .compares
+            .iter_mut()
+            .find(|c| c.target == tidemark_core::etcd::CompareTarget::Value)
+        else {
+            return;
+        };
+        let (base, ids) = self.faulty.chains.entry(agent).or_default();
+        if ids.is_empty() {
+            *base = c.bytes.clone();
+        } else if c.bytes != *base {
+            c.bytes = base.clone();
+            self.coverage.mark("faulty.chain_compare_rewritten");
+        }
+        ids.insert(id);
     }
 
     /// ReorderCommits: returns a canned reply when the driver interferes with this Txn.

@@ -33,8 +33,10 @@ fn schedule(seed: u64, mode: FaultyMode) -> Schedule {
                 down_ms: 500,
             },
         }),
-        FaultyMode::ReorderCommits | FaultyMode::DropWatchEvent | FaultyMode::StaleHistoryProof => {
-        }
+        FaultyMode::ReorderCommits
+        | FaultyMode::DropWatchEvent
+        | FaultyMode::StaleHistoryProof
+        | FaultyMode::CompareChainStart => {}
     }
     s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(10);
     s
@@ -88,5 +90,44 @@ fn the_same_schedules_pass_without_the_fault() {
                 r.violation
             );
         }
+    }
+}
+
+/// The commit chain's compare is what keeps pipelined Txns in order: a driver that
+/// compares the start of the chain instead lets a Txn that overtakes its predecessor apply
+/// over a gap, and the checker must see the target leave the source. Real core only (the
+/// reference double keeps one Txn in flight).
+#[test]
+fn compare_chain_start_is_caught_with_the_real_core() {
+    let mut caught = None;
+    let mut rewritten = 0;
+    for seed in 0..BOUND {
+        let mut s = Schedule::generate(2000 + seed, ReplicatorKind::Core);
+        s.options.faulty = Some(FaultyMode::CompareChainStart);
+        s.options.safety_ms = s.options.safety_ms.max(30_000);
+        s.faults.clear();
+        s.options.junk_keys = 0;
+        s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
+        let r = run(&s, false);
+        rewritten += r.coverage.get("faulty.chain_compare_rewritten");
+        if let Some(v) = r.violation {
+            caught = Some((seed, format!("[{}] {}", v.invariant, v.detail)));
+            break;
+        }
+    }
+    assert!(rewritten > 0, "the core never had two Txns in flight");
+    let (seed, v) = caught.expect("CompareChainStart was not caught");
+    eprintln!("CompareChainStart caught at seed {seed}: {v}");
+}
+
+#[test]
+fn the_chain_schedules_pass_without_the_fault() {
+    for seed in 0..2 {
+        let mut s = Schedule::generate(2000 + seed, ReplicatorKind::Core);
+        s.faults.clear();
+        s.options.junk_keys = 0;
+        s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
+        let r = run(&s, false);
+        assert!(r.passed(), "seed {seed} control failed: {:?}", r.violation);
     }
 }

@@ -13,8 +13,10 @@ use crate::etcd::{EventKind, KeyValue};
 /// The record version this build writes. Version 2 added [`Anchor`]: a build that only
 /// knows version 1 refuses it by version, with a message that says to upgrade, instead of
 /// resuming without the source-history proof. Version 3 added the events after the anchor
-/// ([`Anchor::after`]), so a proof can replay the window up to the watermark.
-pub const VERSION: u32 = 3;
+/// ([`Anchor::after`]), so a proof can replay the window up to the watermark. Version 4
+/// added [`Checkpoint::seq`]: pipelined Txns compare the record they build on by value, and
+/// a build that does not know `seq` must not resume from (or overwrite) such a chain.
+pub const VERSION: u32 = 4;
 /// The oldest record version this build still reads (records without an anchor).
 pub const OLDEST_READABLE: u32 = 1;
 
@@ -57,6 +59,10 @@ pub struct Anchor {
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
@@ -174,6 +180,12 @@ pub struct Scan {
 #[serde(deny_unknown_fields)]
 pub struct Checkpoint {
     pub v: u32,
+    /// Write sequence number: one more on every record written, so no two records of a
+    /// link are byte-equal. A pipelined Txn compares the fence's value with the record
+    /// the previous Txn installs; that compare then matches only that one record, whatever
+    /// order the Txns reach the server in. 0 in records before version 4.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub seq: u64,
     pub link: String,
     pub epoch: u64,
     /// 128-bit per-process nonce (hex), so two agents at the same epoch are told apart.
@@ -259,6 +271,9 @@ impl Checkpoint {
         }
         if self.watermark < 0 {
             return bad("watermark", "is negative");
+        }
+        if self.v < 4 && self.seq > 0 {
+            return bad("seq", "needs record version 4");
         }
         if self.prune_floor < 0 {
             return bad("prune_floor", "is negative");
@@ -380,6 +395,7 @@ mod tests {
     fn sample() -> Checkpoint {
         Checkpoint {
             v: VERSION,
+            seq: 0,
             link: "link-1".into(),
             epoch: 3,
             holder: "00112233445566778899aabbccddeeff".into(),

@@ -132,10 +132,10 @@ impl Pager {
             };
         }
         let returned = reply.returned as u128;
-        self.span = if returned == 0 {
-            span.saturating_mul(if self.seen { 2 } else { EMPTY_GROWTH })
-        } else {
-            span.saturating_mul((aim / returned).clamp(1, SHORT_GROWTH))
+        self.span = match aim.checked_div(returned) {
+            // An empty page: nothing learned but that the span held no key.
+            None => span.saturating_mul(if self.seen { 2 } else { EMPTY_GROWTH }),
+            Some(ratio) => span.saturating_mul(ratio.clamp(1, SHORT_GROWTH)),
         };
         if bound == window.end.as_slice() || !before_end(bound, &window.end) {
             Next::Done

@@ -198,6 +198,12 @@ pub struct Status {
     pub source_keys_returned: u64,
     /// Time the genesis scan waited for the target to take what was read ahead.
     pub reader_stall_seconds: f64,
+    /// Times a chain of pipelined Txns broke (a Txn failed with later ones in flight) and
+    /// the mirror resumed from the fence.
+    pub chain_breaks: u64,
+    /// Txns in flight now, and the smoothed commit round trip.
+    pub txns_in_flight: u64,
+    pub commit_rtt_seconds: f64,
     pub last_error: Option<String>,
     pub backoff: Option<BackoffState>,
     pub last_counts: Option<Counts>,

@@ -22,6 +22,9 @@ pub fn config(mode: InitialSyncMode) -> MirrorConfig {
     c.target.endpoint_list = vec!["http://127.0.0.1:22379".into()];
     c.initial_sync.mode = mode;
     c.sync.max_txn_ops = 4;
+    // The scripted exchanges follow one Txn at a time; chains have their own tests
+    // (`mirror_pipeline.rs`) and run in the simulator at the default depth.
+    c.sync.max_txns_in_flight = 1;
     c
 }
 
@@ -41,6 +44,9 @@ pub struct Harness {
     pub source_kvs: std::collections::BTreeMap<(Vec<u8>, i64), KeyValue>,
     /// Ids of the commands sent to the source, so only their replies count above.
     source_ids: std::collections::BTreeSet<CommandId>,
+    /// The fence bytes each Txn in flight puts, and the last ones a reply said applied.
+    txn_fences: std::collections::BTreeMap<CommandId, Vec<u8>>,
+    pub applied_fence: Vec<u8>,
 }
 
 /// The point read of the source-history proof (one key, no range end).
@@ -64,6 +70,8 @@ impl Harness {
             source_seen: 0,
             source_kvs: Default::default(),
             source_ids: Default::default(),
+            txn_fences: Default::default(),
+            applied_fence: Vec::new(),
         }
     }
 
@@ -82,6 +90,11 @@ impl Harness {
                 };
                 if to_source {
                     self.source_ids.insert(*id);
+                }
+                if let Command::Txn(t) = cmd {
+                    if let Some(TxnOp::Put { value, .. }) = t.success.last() {
+                        self.txn_fences.insert(*id, value.clone());
+                    }
                 }
             }
             match o {
@@ -143,6 +156,11 @@ impl Harness {
                 Ok(Reply::Status(st)) => self.note_source(st.header_revision, &[]),
                 Ok(Reply::Range(rr)) => self.note_source(rr.header_revision, &rr.kvs),
                 _ => {}
+            }
+        }
+        if let Some(f) = self.txn_fences.remove(&id) {
+            if matches!(&r, Ok(Reply::Txn(t)) if t.succeeded) {
+                self.applied_fence = f;
             }
         }
         self.m.handle_input(self.now, Input::Done { id, result: r });
@@ -273,7 +291,41 @@ pub fn compare_of(cmd: &Command) -> (CompareTarget, i64) {
             key: FENCE.to_vec()
         }]
     );
-    (t.compares[0].target, t.compares[0].value)
+    let c = &t.compares[0];
+    match c.target {
+        // A chained write compares the record it builds on: report that record's sequence.
+        CompareTarget::Value => (
+            c.target,
+            Checkpoint::decode(&c.bytes)
+                .map(|r| r.seq as i64)
+                .expect("a Value compare is against a checkpoint"),
+        ),
+        _ => (c.target, c.value),
+    }
+}
+
+/// The bytes a chained Txn compares the fence with (the record it builds on).
+pub fn compare_bytes(cmd: &Command) -> Vec<u8> {
+    let Command::Txn(t) = cmd else {
+        panic!("not a txn: {cmd:?}")
+    };
+    assert_eq!(t.compares[0].target, CompareTarget::Value, "{cmd:?}");
+    t.compares[0].bytes.clone()
+}
+
+/// Two Txns that do the same thing: same compare, same data, same record but for the
+/// sequence number (every write carries a new one).
+pub fn assert_same_but_seq(a: &Command, b: &Command) {
+    let (Command::Txn(x), Command::Txn(y)) = (a, b) else {
+        panic!("not txns: {a:?} {b:?}")
+    };
+    assert_eq!(x.compares, y.compares);
+    assert_eq!(data_ops(a), data_ops(b));
+    let (mut ra, mut rb) = (fence_of(a), fence_of(b));
+    assert!(rb.seq > ra.seq, "a new write gets a new sequence number");
+    ra.seq = 0;
+    rb.seq = 0;
+    assert_eq!(ra, rb);
 }
 
 pub fn put(k: &[u8], v: &[u8]) -> TxnOp {
@@ -372,7 +424,11 @@ pub fn cold_start_then(h: &mut Harness, version: &str) -> (u64, Vec<(CommandId, 
 
     // Record scan = {base: 100}.
     let (id, cmd) = one(h.drain());
-    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 10));
+    assert_eq!(
+        compare_of(&cmd),
+        (CompareTarget::Value, 1),
+        "builds on the claim"
+    );
     let rec = fence_of(&cmd);
     assert_eq!(rec.scan.as_ref().unwrap().base, 100);
     h.done(id, Ok(txn_ok(11)));
@@ -416,7 +472,11 @@ pub fn cold_start_then(h: &mut Harness, version: &str) -> (u64, Vec<(CommandId, 
                 }
                 Command::Txn(_) => {
                     if first {
-                        assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 11));
+                        assert_eq!(
+                            compare_of(&cmd),
+                            (CompareTarget::Value, 2),
+                            "builds on the scan start"
+                        );
                         assert_eq!(
                             data_ops(&cmd),
                             vec![put(b"/mirror/a", b"1"), put(b"/mirror/b", b"2")]
@@ -463,6 +523,7 @@ pub fn answer_probes(h: &mut Harness, src: (&str, u64, i64), tgt: (&str, u64, i6
 pub fn found_record(epoch: u64, watermark: i64) -> Checkpoint {
     Checkpoint {
         v: 1,
+        seq: 0,
         link: MirrorConfig::new("/app/", "/mirror/").link_id(),
         epoch,
         holder: "0123456789abcdef0123456789abcdef".into(),

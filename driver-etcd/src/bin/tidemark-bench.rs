@@ -1,17 +1,27 @@
 //! `tidemark-bench`: load generators and probes for `scripts/bench.sh`.
 //!
 //! - `load`: the batched-Txn loader (seeds a source; also measures the raw target ingest
-//!   ceiling with the same ops per Txn the mirror uses, one Txn in flight like the mirror).
-//! - `tail-lag`: single-key writers at a fixed total rate into the source while a watch on
-//!   the target measures how long each write takes to appear there (p50/p99).
+//!   ceiling with the same ops per Txn the mirror uses, CONCURRENCY Txns in flight).
+//! - `tail-lag`: writers at a fixed total key rate into the source (single puts, or Txns of
+//!   OPS_PER_TXN puts) while a watch on the target measures how long each key takes to
+//!   appear there (p50/p99).
+//! - `source-latency`: open-loop single-key puts at a fixed rate; put latency p50/p99/max
+//!   (how much a running mirror hurts the source's own writers).
+//! - `delay-proxy`: a TCP delay line standing in for a WAN link (no netem on this kernel).
 //! - `count`: keys under a prefix.
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use etcd_client::{Client, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,11 +47,11 @@ enum Cmd {
         value_bytes: usize,
         #[arg(long, default_value_t = 127)]
         ops_per_txn: u64,
-        /// Txns in flight at once (the mirror keeps one).
+        /// Txns in flight at once.
         #[arg(long, default_value_t = 1)]
         concurrency: u64,
     },
-    /// Measure source-to-target lag of single-key writes at a fixed rate.
+    /// Measure source-to-target lag of writes at a fixed key rate.
     TailLag {
         #[arg(long)]
         source: String,
@@ -53,13 +63,39 @@ enum Cmd {
         /// Where those keys appear in the target.
         #[arg(long)]
         target_prefix: String,
-        /// Total writes per second.
+        /// Total keys written per second.
         #[arg(long, default_value_t = 5000)]
         rate: u64,
         #[arg(long, default_value_t = 10)]
         seconds: u64,
         #[arg(long, default_value_t = 16)]
         writers: u64,
+        /// Puts per source Txn (1: plain puts). Each key's lag is measured separately.
+        #[arg(long, default_value_t = 1)]
+        ops_per_txn: u64,
+    },
+    /// Put single keys PREFIX<n> at RATE per second for SECONDS; report put latency.
+    SourceLatency {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        prefix: String,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        #[arg(long, default_value_t = 256)]
+        value_bytes: usize,
+    },
+    /// Forward TCP from LISTEN to UPSTREAM, delaying every byte by RTT_MS/2 each way.
+    DelayProxy {
+        /// Address to listen on (port 0 picks one; the bound address is printed).
+        #[arg(long)]
+        listen: String,
+        #[arg(long)]
+        upstream: String,
+        #[arg(long, default_value_t = 50)]
+        rtt_ms: u64,
     },
     /// Print the number of keys under PREFIX.
     Count {
@@ -99,18 +135,34 @@ async fn main() -> anyhow::Result<()> {
             rate,
             seconds,
             writers,
+            ops_per_txn,
         } => {
             tail_lag(
                 &source,
                 &target,
                 &source_prefix,
                 &target_prefix,
-                rate,
-                seconds,
-                writers,
+                TailShape {
+                    rate,
+                    seconds,
+                    writers,
+                    ops_per_txn,
+                },
             )
             .await
         }
+        Cmd::SourceLatency {
+            endpoint,
+            prefix,
+            seconds,
+            rate,
+            value_bytes,
+        } => source_latency(&endpoint, &prefix, seconds, rate, value_bytes).await,
+        Cmd::DelayProxy {
+            listen,
+            upstream,
+            rtt_ms,
+        } => delay_proxy(&listen, &upstream, Duration::from_micros(rtt_ms * 500)).await,
         Cmd::Count { endpoint, prefix } => {
             let mut c = Client::connect([endpoint.as_str()], None).await?;
             let r = c
@@ -133,9 +185,13 @@ async fn load(
     ops: u64,
     concurrency: u64,
 ) -> anyhow::Result<()> {
-    let c = Client::connect([endpoint], None).await.context("connect")?;
+    let mut c = Client::connect([endpoint], None).await.context("connect")?;
+    // The channel connects lazily: a first round trip outside the timing keeps the TCP and
+    // HTTP/2 handshakes (several RTTs through a delay line) out of the rate.
+    c.status().await.context("warm-up")?;
     let value = vec![b'v'; value_bytes];
-    let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ops = ops.max(1);
+    let next = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency.max(1) {
@@ -145,7 +201,7 @@ async fn load(
         let prefix = prefix.to_string();
         tasks.push(tokio::spawn(async move {
             loop {
-                let start = next.fetch_add(ops, std::sync::atomic::Ordering::Relaxed);
+                let start = next.fetch_add(ops, Ordering::Relaxed);
                 if start >= count {
                     return Ok::<_, anyhow::Error>(());
                 }
@@ -163,9 +219,25 @@ async fn load(
     let secs = t0.elapsed().as_secs_f64();
     println!(
         "{}",
-        serde_json::json!({"keys": count, "seconds": secs, "keysPerSecond": count as f64 / secs})
+        serde_json::json!({
+            "keys": count,
+            "seconds": secs,
+            "keysPerSecond": count as f64 / secs,
+            "opsPerTxn": ops,
+            "concurrency": concurrency.max(1),
+        })
     );
     Ok(())
+}
+
+/// The write pattern of `tail-lag`.
+#[derive(Debug, Clone, Copy)]
+struct TailShape {
+    /// Keys per second, all writers together.
+    rate: u64,
+    seconds: u64,
+    writers: u64,
+    ops_per_txn: u64,
 }
 
 async fn tail_lag(
@@ -173,11 +245,10 @@ async fn tail_lag(
     target: &str,
     sp: &str,
     tp: &str,
-    rate: u64,
-    seconds: u64,
-    writers: u64,
+    shape: TailShape,
 ) -> anyhow::Result<()> {
-    let src = Client::connect([source], None).await.context("source")?;
+    let mut src = Client::connect([source], None).await.context("source")?;
+    src.status().await.context("source warm-up")?;
     let mut tgt = Client::connect([target], None).await.context("target")?;
     let sent: Arc<Mutex<HashMap<Vec<u8>, Instant>>> = Arc::default();
     let mut stream = tgt
@@ -186,9 +257,15 @@ async fn tail_lag(
         .context("target watch")?;
     // Wait for the watch to be registered before writing.
     let _created = stream.message().await?;
-    let total = rate * seconds;
-    let per_writer = total / writers.max(1);
-    let interval = Duration::from_secs_f64(writers as f64 / rate as f64);
+    let rate = shape.rate.max(1);
+    let k = shape.ops_per_txn.max(1);
+    let txns = (rate * shape.seconds / k).max(1);
+    let writers = shape.writers.clamp(1, txns);
+    let per_writer = txns / writers;
+    // One Txn every `period` across all writers: writer w takes slots w, w + writers, ...
+    // Staggered starts keep the load steady instead of `writers` Txns at once.
+    let period = Duration::from_secs_f64(k as f64 / rate as f64).max(Duration::from_micros(1));
+    let interval = period * writers as u32;
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for w in 0..writers {
@@ -197,65 +274,313 @@ async fn tail_lag(
         let sp = sp.to_string();
         let tp = tp.to_string();
         tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(interval);
+            let start = tokio::time::Instant::from_std(t0) + period * w as u32;
+            let mut tick = tokio::time::interval_at(start, interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             for i in 0..per_writer {
                 tick.tick().await;
-                let key = format!("w{w:03}-{i:08}");
-                let tkey = format!("{tp}{key}").into_bytes();
-                sent.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(tkey, Instant::now());
-                c.put(format!("{sp}{key}"), "x", None).await?;
+                let keys: Vec<String> = (0..k).map(|j| format!("w{w:03}-{i:08}-{j:04}")).collect();
+                {
+                    let now = Instant::now();
+                    let mut sent = sent.lock().unwrap_or_else(|p| p.into_inner());
+                    for key in &keys {
+                        sent.insert(format!("{tp}{key}").into_bytes(), now);
+                    }
+                }
+                if k == 1 {
+                    c.put(format!("{sp}{}", keys[0]), "x", None).await?;
+                } else {
+                    let puts: Vec<TxnOp> = keys
+                        .iter()
+                        .map(|key| TxnOp::put(format!("{sp}{key}"), "x", None))
+                        .collect();
+                    c.txn(Txn::new().and_then(puts)).await?;
+                }
             }
-            Ok::<_, anyhow::Error>(())
+            Ok::<_, anyhow::Error>(Instant::now())
         }));
     }
-    let expected = per_writer * writers;
+    let expected = per_writer * writers * k;
     let mut lags: Vec<f64> = Vec::with_capacity(expected as usize);
-    let deadline = Instant::now() + Duration::from_secs(seconds + 30);
+    let deadline = Instant::now() + Duration::from_secs(shape.seconds + 30);
     while (lags.len() as u64) < expected && Instant::now() < deadline {
         let msg = tokio::time::timeout(Duration::from_secs(5), stream.message()).await;
         let Ok(Ok(Some(resp))) = msg else { continue };
         let now = Instant::now();
+        let mut sent = sent.lock().unwrap_or_else(|p| p.into_inner());
         for e in resp.events() {
             if e.event_type() != EventType::Put {
                 continue;
             }
-            if let Some(kv) = e.kv() {
-                if let Some(t) = sent
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(kv.key())
-                {
-                    lags.push(now.duration_since(t).as_secs_f64() * 1000.0);
-                }
+            if let Some(t) = e.kv().and_then(|kv| sent.remove(kv.key())) {
+                lags.push(now.duration_since(t).as_secs_f64() * 1000.0);
             }
         }
     }
-    let write_secs = t0.elapsed().as_secs_f64();
+    let observe_secs = t0.elapsed().as_secs_f64();
+    let mut writes_done = t0;
     for t in tasks {
-        t.await??;
+        writes_done = writes_done.max(t.await??);
     }
-    lags.sort_by(f64::total_cmp);
-    let pct = |p: f64| {
-        if lags.is_empty() {
-            f64::NAN
-        } else {
-            lags[((lags.len() as f64 - 1.0) * p).round() as usize]
-        }
-    };
+    // The offered rate: writers' time only, not the wait for the mirror to catch up. The
+    // last Txn's slot counts in full, so a schedule kept exactly gives `rate`.
+    let write_secs = (writes_done.duration_since(t0) + period).as_secs_f64();
+    let observed = lags.len();
+    // A key that never showed up counts with its wait so far, a lower bound on its lag;
+    // dropping it would make a mirror that falls behind look fast.
+    let now = Instant::now();
+    lags.extend(
+        sent.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|t| now.duration_since(*t).as_secs_f64() * 1000.0),
+    );
+    let (p50, p99, max) = percentiles(&mut lags);
     println!(
         "{}",
         serde_json::json!({
             "writes": expected,
-            "observed": lags.len(),
+            "txns": per_writer * writers,
+            "opsPerTxn": k,
+            "observed": observed,
+            "unobserved": lags.len() - observed,
             "targetRate": rate,
             "achievedRate": expected as f64 / write_secs,
-            "p50Ms": pct(0.50),
-            "p99Ms": pct(0.99),
-            "maxMs": pct(1.0),
+            "writeSeconds": write_secs,
+            "observeSeconds": observe_secs,
+            "p50Ms": p50,
+            "p99Ms": p99,
+            "maxMs": max,
         })
     );
     Ok(())
+}
+
+/// Bound on puts in flight, so a stalled source cannot grow the task count without end.
+const MAX_PUTS_IN_FLIGHT: usize = 4096;
+
+/// Open loop: puts are issued on schedule whether or not earlier ones have returned, so
+/// a slow source shows up as latency rather than as a silently lower rate (a closed-loop
+/// writer would wait and under-report). Latency is timed from the put's issue.
+async fn source_latency(
+    endpoint: &str,
+    prefix: &str,
+    seconds: u64,
+    rate: u64,
+    value_bytes: usize,
+) -> anyhow::Result<()> {
+    let mut c = Client::connect([endpoint], None).await.context("connect")?;
+    c.status().await.context("warm-up")?;
+    let value = vec![b'v'; value_bytes];
+    let total = rate * seconds;
+    let in_flight = Arc::new(Semaphore::new(MAX_PUTS_IN_FLIGHT));
+    let (tx, mut rx) = mpsc::unbounded_channel::<Result<f64, String>>();
+    // The timer's resolution is 1 ms; every tick issues the puts that have come due, so
+    // rates above 1000/s hold too.
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let t0 = Instant::now();
+    let mut issued = 0u64;
+    while issued < total {
+        tick.tick().await;
+        let due = ((t0.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
+        while issued < due {
+            let permit = in_flight.clone().acquire_owned().await?;
+            let (mut c, tx, value) = (c.clone(), tx.clone(), value.clone());
+            let key = format!("{prefix}{issued:09}");
+            tokio::spawn(async move {
+                let start = Instant::now();
+                let r = c.put(key, value, None).await;
+                let ms = start.elapsed().as_secs_f64() * 1000.0;
+                drop(permit);
+                let _ = tx.send(r.map(|_| ms).map_err(|e| e.to_string()));
+            });
+            issued += 1;
+        }
+    }
+    drop(tx);
+    let mut lat = Vec::with_capacity(total as usize);
+    let mut errors = 0u64;
+    let mut first_error = None;
+    while let Some(r) = rx.recv().await {
+        match r {
+            Ok(ms) => lat.push(ms),
+            Err(e) => {
+                errors += 1;
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (p50, p99, max) = percentiles(&mut lat);
+    println!(
+        "{}",
+        serde_json::json!({
+            "puts": lat.len(),
+            "errors": errors,
+            "firstError": first_error,
+            "seconds": secs,
+            "targetRate": rate,
+            "achievedRate": lat.len() as f64 / secs,
+            "p50Ms": p50,
+            "p99Ms": p99,
+            "maxMs": max,
+        })
+    );
+    Ok(())
+}
+
+/// p50, p99 and max of `v` (sorted in place); NaN when empty.
+fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v[((v.len() as f64 - 1.0) * p).round() as usize]
+        }
+    };
+    (pct(0.50), pct(0.99), pct(1.0))
+}
+
+/// Listens until SIGTERM or SIGINT. Each accepted connection gets its own upstream
+/// connection and one delay line per direction.
+async fn delay_proxy(listen: &str, upstream: &str, one_way: Duration) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listen on {listen}"))?;
+    // Printed once bound: callers read the address (and know the port is open).
+    println!("{}", listener.local_addr()?);
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok((down, _)) => {
+                    let upstream = upstream.to_string();
+                    tokio::spawn(async move {
+                        if let Err(e) = proxy_connection(down, &upstream, one_way).await {
+                            eprintln!("delay-proxy: {e:#}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // E.g. out of descriptors: back off rather than spin.
+                    eprintln!("delay-proxy: accept: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+}
+
+async fn proxy_connection(
+    down: TcpStream,
+    upstream: &str,
+    one_way: Duration,
+) -> anyhow::Result<()> {
+    let up = TcpStream::connect(upstream)
+        .await
+        .with_context(|| format!("connect to {upstream}"))?;
+    // The delay is ours to add; Nagle would add more, and unevenly.
+    down.set_nodelay(true)?;
+    up.set_nodelay(true)?;
+    let (down_r, down_w) = down.into_split();
+    let (up_r, up_w) = up.into_split();
+    let mut to_up = tokio::spawn(delay_line(down_r, up_w, one_way));
+    let mut to_down = tokio::spawn(delay_line(up_r, down_w, one_way));
+    // A clean end (EOF, forwarded as a delayed FIN) leaves the other direction running:
+    // that is a half-close. An error ends both, as a reset would.
+    let (first, other) = tokio::select! {
+        r = &mut to_up => (r, to_down),
+        r = &mut to_down => (r, to_up),
+    };
+    match first {
+        Ok(Ok(())) => other.await??,
+        Ok(Err(e)) => {
+            other.abort();
+            return Err(e.into());
+        }
+        Err(e) => {
+            other.abort();
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+/// Bytes read at one time, delivered together after the delay; `None` is the sender's
+/// FIN, delayed like the bytes before it. The permit holds the bytes' share of the budget.
+#[derive(Debug)]
+struct Chunk {
+    due: tokio::time::Instant,
+    data: Option<Vec<u8>>,
+    _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Bytes held per direction. The reader stops only when the receiver has stopped taking
+/// them (as a real link's window would); 64 MiB in 25 ms is 2.5 GB/s, far above what
+/// etcd moves, so it never throttles a working link.
+const BUDGET_BYTES: usize = 64 << 20;
+
+/// Largest single read.
+const READ_BYTES: usize = 64 << 10;
+
+/// Tokio's timer rounds a deadline up to its next 1 ms tick and wakes a little after that:
+/// at 50 ms that made a gRPC round trip 4-5 ms too slow (a message spans several chunks,
+/// and the last one decides). Waking this much early leaves it within about 1 ms of the
+/// nominal delay, a chunk now and then leaving a fraction of a millisecond early.
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
+/// A delay line, not a rate limiter: the reader keeps reading while earlier chunks wait,
+/// each chunk is stamped when read and written at read time + `delay`, in order. So
+/// throughput is the link's, and only latency changes.
+async fn delay_line(
+    mut r: OwnedReadHalf,
+    mut w: OwnedWriteHalf,
+    delay: Duration,
+) -> io::Result<()> {
+    let budget = Arc::new(Semaphore::new(BUDGET_BYTES));
+    let (tx, mut rx) = mpsc::unbounded_channel::<Chunk>();
+    let writer = tokio::spawn(async move {
+        while let Some(c) = rx.recv().await {
+            tokio::time::sleep_until(c.due - TIMER_SLACK).await;
+            match c.data {
+                Some(d) => w.write_all(&d).await?,
+                None => return w.shutdown().await,
+            }
+        }
+        Ok::<_, io::Error>(())
+    });
+    let mut buf = vec![0u8; READ_BYTES];
+    let read = loop {
+        // Budget for a full read first, so a read is stamped the moment it returns.
+        let Ok(mut held) = budget.clone().acquire_many_owned(READ_BYTES as u32).await else {
+            break Ok(());
+        };
+        let n = match r.read(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => break Err(e),
+        };
+        let due = tokio::time::Instant::now() + delay;
+        let data = (n > 0).then(|| buf[..n].to_vec());
+        // Keep the bytes read until written; hand back the rest of the full read's share.
+        let kept = held.split(n);
+        drop(held);
+        let chunk = Chunk {
+            due,
+            data,
+            _held: kept,
+        };
+        // A send fails only when the writer has ended on an error, returned below.
+        if tx.send(chunk).is_err() || n == 0 {
+            break Ok(());
+        }
+    };
+    drop(tx);
+    let written = writer.await.map_err(io::Error::other)?;
+    read.and(written)
 }

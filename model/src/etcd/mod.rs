@@ -242,6 +242,8 @@ impl EtcdCluster {
                 CompareTarget::ModRevision => kv.map_or(0, |k| k.mod_revision),
                 CompareTarget::CreateRevision => kv.map_or(0, |k| k.create_revision),
                 CompareTarget::Version => kv.map_or(0, |k| k.version),
+                // etcd fails a value compare on a missing key (no value to compare).
+                CompareTarget::Value => return kv.is_some_and(|k| k.value == c.bytes),
             };
             actual == c.value
         });
@@ -614,11 +616,11 @@ mod tests {
         let mut c = EtcdCluster::new("t", "3.5.17", 1);
         let mut out = Vec::new();
         let t = TxnRequest {
-            compares: vec![Compare {
-                key: b"f".to_vec(),
-                target: CompareTarget::CreateRevision,
-                value: 0,
-            }],
+            compares: vec![Compare::revision(
+                b"f".to_vec(),
+                CompareTarget::CreateRevision,
+                0,
+            )],
             success: vec![put("f")],
             failure: vec![TxnOp::Get { key: b"f".to_vec() }],
         };

@@ -34,6 +34,7 @@ enum Faulty {
     DropWatchEvent,
     ApplyTwiceAfterCrash,
     StaleHistoryProof,
+    CompareChainStart,
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,6 +116,7 @@ fn faulty(f: Faulty) -> FaultyMode {
         Faulty::DropWatchEvent => FaultyMode::DropWatchEvent,
         Faulty::ApplyTwiceAfterCrash => FaultyMode::ApplyTwiceAfterCrash,
         Faulty::StaleHistoryProof => FaultyMode::StaleHistoryProof,
+        Faulty::CompareChainStart => FaultyMode::CompareChainStart,
     }
 }
 
@@ -332,6 +334,7 @@ fn report_failure(sch: &Schedule, r: &RunResult, dir: Option<&Path>, budget: usi
             Some(FaultyMode::DropWatchEvent) => " --faulty drop-watch-event",
             Some(FaultyMode::ApplyTwiceAfterCrash) => " --faulty apply-twice-after-crash",
             Some(FaultyMode::StaleHistoryProof) => " --faulty stale-history-proof",
+            Some(FaultyMode::CompareChainStart) => " --faulty compare-chain-start",
             None => "",
         };
         println!(

@@ -1,12 +1,19 @@
-//! The commit pipeline: one fenced Txn in flight, and what its outcome means.
+//! The commit pipeline: what goes into the next fenced Txn, and what an outcome means
+//! (the chain of Txns in flight is in `pipeline.rs`).
 
 use super::*;
 
 impl Mirror {
-    /// Starts the next unit of target work if nothing is in flight.
+    /// Sends target work while the chain has room.
     pub(super) fn pump(&mut self, now: Instant) {
-        if self.stage == Stage::Stopped || self.committing || self.shutdown {
-            return;
+        while self.pump_one(now) {}
+    }
+
+    /// Sends the next unit of target work if it may go now; true when it was sent.
+    fn pump_one(&mut self, now: Instant) -> bool {
+        if self.stage == Stage::Stopped || self.shutdown || self.resolving || self.broken.is_some()
+        {
+            return false;
         }
         let replaying = self
             .gen
@@ -14,9 +21,9 @@ impl Mirror {
             .is_some_and(|g| g.step == GenStep::Replaying);
         // A reconciliation pass holds the tail so the target stays at source@W + drift.
         if (self.stage == Stage::Tail && self.pass.is_none()) || replaying {
-            // Popped only when the queue is empty, so batches cut by watch responses that
-            // arrived while a commit was in flight merge into one Txn.
-            if self.work.is_empty() {
+            // Popped only when the queue is empty and the chain has room, so batches cut by
+            // watch responses that arrived while the chain was full merge into one Txn.
+            if self.work.is_empty() && (self.chain.is_empty() || self.chain_has_room()) {
                 if let Some(b) = self.batcher.pop() {
                     self.work.push_back(Work::Tail(b));
                 }
@@ -27,54 +34,62 @@ impl Mirror {
                 self.open_watch(now, from);
             }
         }
+        let chain_busy = !self.chain.is_empty();
         if self.paused && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe))) {
-            return;
+            return false;
         }
         if self.hold_until.is_some() || self.resume_at.is_some() {
-            return;
+            return false;
         }
         if self.stage == Stage::Parked
             && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe)))
         {
-            return;
+            return false;
         }
         if !self.history.verified {
             // Proven once per (re)connect; nothing of the source is written before.
             self.maybe_prove();
         }
         let Some(front) = self.work.front() else {
-            self.after_queue_drained(now);
-            self.maybe_finish_pass(now);
-            self.maybe_start_background(now);
-            return;
+            if !chain_busy {
+                self.after_queue_drained(now);
+                self.maybe_finish_pass(now);
+                self.maybe_start_background(now);
+            }
+            return false;
         };
+        if !self.may_chain(front) {
+            return false;
+        }
         if self
             .watch_unverified
             .is_some_and(|(id, ..)| self.watch == Some(id))
             && matches!(front, Work::Tail(_))
         {
             // Events of a watch whose start is not re-verified yet (etcd #18089) wait.
-            return;
+            return false;
         }
         if (!self.history.verified || self.window_pending()) && !matches!(front, Work::Claim) {
-            return;
+            return false;
         }
         let n = front.ops().len() as u64;
         if self.pacer.enabled() && n > 0 && self.pacer.ready_at(now) > now {
-            return;
+            return false;
         }
         let work = self.work.pop_front().expect("front() was Some just above");
         self.pacer.consume(now, n);
         let Some(rec) = self.next_record(&work) else {
-            return;
+            return false;
         };
         self.submit_direct(now, work, rec);
+        !self.chain.is_empty()
     }
 
     /// Sends one fenced Txn, unless its record would not decode: a record the next start
     /// cannot read is never written (a server that reported inconsistent revisions is the
     /// only known way to get there), so the agent stops instead.
-    pub(super) fn submit_direct(&mut self, now: Instant, work: Work, record: Checkpoint) {
+    pub(super) fn submit_direct(&mut self, now: Instant, work: Work, mut record: Checkpoint) {
+        record.seq = self.next_seq;
         if let Err(e) = record.check() {
             return self.fail(
                 now,
@@ -84,20 +99,19 @@ impl Mirror {
                 ),
             );
         }
+        self.next_seq += 1;
         let bytes = record.encode();
         let ck = self.keys.checkpoint_key().to_vec();
-        let compare = if self.fence_rev == 0 {
-            Compare {
-                key: ck.clone(),
-                target: CompareTarget::CreateRevision,
-                value: 0,
+        let compare = if matches!(work, Work::Claim) {
+            // A claim builds on what the fence read found (or on its absence).
+            if self.fence_rev == 0 {
+                Compare::revision(ck.clone(), CompareTarget::CreateRevision, 0)
+            } else {
+                Compare::revision(ck.clone(), CompareTarget::ModRevision, self.fence_rev)
             }
         } else {
-            Compare {
-                key: ck.clone(),
-                target: CompareTarget::ModRevision,
-                value: self.fence_rev,
-            }
+            // Exactly the record the previous Txn installs (see `pipeline.rs`).
+            Compare::value_is(ck.clone(), self.tip_bytes().to_vec())
         };
         let mut success = work.ops().to_vec();
         success.push(TxnOp::Put {
@@ -109,12 +123,19 @@ impl Mirror {
             success,
             failure: vec![TxnOp::Get { key: ck }],
         };
-        self.committing = true;
+        self.chain.push_back(Link {
+            seq: record.seq,
+            wire: work.ops().iter().map(TxnOp::wire_size).sum(),
+            chained: self.chainable(&work),
+            reply: None,
+        });
+        self.chain_tip = Some((record.clone(), bytes.clone()));
         self.issue(
             Job::Commit(Box::new(Commit {
                 work,
                 record,
                 bytes,
+                sent: now,
             })),
             Command::Txn(txn),
         );
@@ -122,7 +143,7 @@ impl Mirror {
 
     /// The record a unit of work installs, derived from the durable one.
     pub(super) fn next_record(&self, work: &Work) -> Option<Checkpoint> {
-        let mut rec = self.record.clone()?;
+        let mut rec = self.tip()?.clone();
         match work {
             Work::Claim => {}
             Work::Scan {
@@ -193,9 +214,12 @@ impl Mirror {
     }
 
     /// Our write is in the target at `rev`.
+    /// `rev` is 0 when only a later Txn's success proved this one applied.
     pub(super) fn commit_applied(&mut self, now: Instant, c: Commit, rev: i64) {
-        self.committing = false;
-        self.fence_rev = rev;
+        if rev > 0 {
+            self.fence_rev = rev;
+        }
+        self.fence_bytes = c.bytes.clone();
         self.failures_in_row = 0;
         self.takeovers = 0;
         self.backoff.reset();
@@ -324,6 +348,7 @@ impl Mirror {
         match f {
             Failure::Unknown { .. } | Failure::Transient { .. } => {
                 // The write may have applied. Only the fence can tell.
+                self.resolving = true;
                 let cmd = self.fence_read_cmd();
                 self.issue(Job::ResolveUnknown(Box::new(c)), cmd);
             }
@@ -346,7 +371,6 @@ impl Mirror {
                 } else {
                     FailKind::Permanent
                 };
-                self.committing = false;
                 self.fail(now, fk, message);
             }
             Failure::Compacted { .. } | Failure::FutureRevision => {
@@ -356,12 +380,12 @@ impl Mirror {
     }
 
     pub(super) fn on_resolve(&mut self, now: Instant, c: Commit, r: RangeReply) {
+        self.resolving = false;
         let current = r.kvs.into_iter().next();
         match &current {
-            // Every commit rewrites the fence, so an unchanged mod revision means it did not
-            // apply — even when the record bytes are the same (sweeps, repairs and probes
-            // write an unchanged record, so equal bytes alone prove nothing).
-            Some(kv) if kv.mod_revision == self.fence_rev => {
+            // Every commit rewrites the fence with a record of a new sequence number, so
+            // the fence unchanged means it did not apply.
+            Some(kv) if kv.value == self.fence_bytes || kv.mod_revision == self.fence_rev => {
                 self.requeue_after_failure(now, c, false)
             }
             Some(kv) if kv.value == c.bytes => {
@@ -376,7 +400,6 @@ impl Mirror {
     /// The fence is not what we expected: adopt our own lost write, take over from a
     /// lower epoch of our own link, or stop.
     pub(super) fn judge_fence(&mut self, now: Instant, c: Commit, current: Option<KeyValue>) {
-        self.committing = false;
         let Some(kv) = current else {
             return self.fail(
                 now,
@@ -385,7 +408,6 @@ impl Mirror {
             );
         };
         if kv.value == c.bytes {
-            self.committing = true;
             return self.commit_applied(now, c, kv.mod_revision);
         }
         let theirs = match Checkpoint::decode(&kv.value) {
@@ -421,12 +443,15 @@ impl Mirror {
             // together under the fence compare, so the target is consistent at that record,
             // and no later write of ours can have landed over it. Adopt it and carry on from
             // it, as a restart would; everything in flight was built on the older record.
+            self.fence_bytes = kv.value.clone();
             return self.adopt_own_late_write(now, kv.mod_revision, theirs);
         }
         if theirs.epoch < c.record.epoch && self.takeovers < MAX_TAKEOVERS {
             // A stale writer of our own link at a lower epoch: take over again.
             self.takeovers += 1;
+            self.abandon_chain();
             self.fence_rev = kv.mod_revision;
+            self.next_seq = self.next_seq.max(theirs.seq + 1);
             let mut rec = theirs;
             rec.upgrade();
             rec.epoch = c.record.epoch + 1;
@@ -468,7 +493,6 @@ impl Mirror {
     }
 
     pub(super) fn requeue_after_failure(&mut self, now: Instant, c: Commit, throttled: bool) {
-        self.committing = false;
         self.failures_in_row += 1;
         let delay = if throttled {
             self.throttle.next_delay(&mut self.rng)
@@ -500,7 +524,6 @@ impl Mirror {
     }
 
     pub(super) fn shrink_or_fail(&mut self, now: Instant, c: Commit) {
-        self.committing = false;
         let redacted = c
             .work
             .ops()
@@ -583,7 +606,6 @@ impl Mirror {
         // a park that outlasts a restore of the source never re-asserts the old promise.
         self.history.unverify();
         self.pass = None;
-        self.committing = false;
         self.stage = Stage::Parked;
         self.status.phase = Phase::Degraded;
         self.status.set_condition(

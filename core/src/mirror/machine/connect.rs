@@ -81,6 +81,7 @@ impl Mirror {
             Some(kv) => match Checkpoint::decode(&kv.value) {
                 Ok(c) => {
                     self.fence_rev = kv.mod_revision;
+                    self.next_seq = self.next_seq.max(c.seq + 1);
                     Some(c)
                 }
                 Err(e) => {
@@ -184,6 +185,7 @@ impl Mirror {
         let tgt_id = self.tgt.as_ref().map_or(0, |s| s.cluster_id);
         let mut rec = base.unwrap_or(Checkpoint {
             v: VERSION,
+            seq: 0,
             link: self.link.clone(),
             epoch: 0,
             holder: String::new(),

@@ -452,6 +452,7 @@ impl Mirror {
     pub(super) fn on_untrusted_probe(&mut self, now: Instant, r: RangeReply) {
         self.observe_source_rev(now, r.header_revision);
         let max_mod = r.kvs.first().map_or(0, |kv| kv.mod_revision);
+        let committing = self.committing();
         let Some(g) = &mut self.gen else { return };
         if g.step != GenStep::Replaying {
             return;
@@ -461,7 +462,7 @@ impl Mirror {
             && g.live == Some(r.count)
             && g.smax.is_some_and(|s| s <= d)
             && self.work.is_empty()
-            && !self.committing
+            && !committing
             && self.batcher.is_empty()
         {
             g.rmax = self.delivered;

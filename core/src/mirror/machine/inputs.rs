@@ -67,9 +67,10 @@ impl Mirror {
             (Job::WatchRecheck { watch_id, from }, Err(Failure::Compacted { .. })) => {
                 self.on_watch_recheck(now, watch_id, from, false)
             }
-            (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_commit(now, *c, t),
-            (Job::Commit(c), Err(f)) => self.on_commit_failed(now, *c, f),
+            (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_chain_reply(now, *c, Ok(t)),
+            (Job::Commit(c), Err(f)) => self.on_chain_reply(now, *c, Err(f)),
             (Job::ResolveUnknown(c), Ok(Reply::Range(r))) => self.on_resolve(now, *c, r),
+            (Job::ResolveChain(b), Ok(Reply::Range(r))) => self.on_resolve_chain(now, *b, r),
             (job, Err(f)) => self.on_read_failed(now, job, f),
             (job, Ok(reply)) => {
                 let msg = format!("unexpected reply {reply:?} for {job:?}");
@@ -137,7 +138,7 @@ impl Mirror {
             Job::ScanPage(_) => self.scan_cmd()?,
             Job::ProbeMaxModRevision(_) => self.max_mod_cmd(),
             Job::SweepPage(_) => self.sweep_cmd()?,
-            Job::ResolveUnknown(_) => self.fence_read_cmd(),
+            Job::ResolveUnknown(_) | Job::ResolveChain(_) => self.fence_read_cmd(),
             Job::PassSource(_) | Job::PassTarget(_) => self.pass_command(job)?,
             Job::DrainTarget => self.drain_target_cmd(),
             Job::WatchGuard { watch_id, from } | Job::WatchRecheck { watch_id, from } => {

@@ -6,8 +6,10 @@
 //! decision lives here; the driver only runs the commands this emits.
 //!
 //! Internally the machine is a set of small flows (connect, fence, genesis, tail, park)
-//! that all end in one commit pipeline: at most one fenced Txn is in flight at a time, so
-//! the fence's mod revision is always known and a lost reply can be resolved by re-reading
+//! that all end in one commit pipeline. Scan and tail Txns are pipelined: each compares
+//! the fence's value with the record the Txn before it installs, so whatever order they
+//! reach the server in, they apply as a chain or not at all (see `pipeline.rs`). Writes
+//! that change what the fence means run alone, and a lost reply is resolved by re-reading
 //! the fence.
 
 mod commit;
@@ -16,6 +18,7 @@ mod drain;
 mod genesis;
 mod history;
 mod inputs;
+mod pipeline;
 mod plumbing;
 mod reconcile;
 mod report;
@@ -42,6 +45,7 @@ use crate::rng::Rng;
 use crate::time::Instant;
 use drain::DrainState;
 use history::History;
+use pipeline::{Break, Link};
 use reconcile::{Pass, PassPurpose};
 
 /// Minimum spacing of fence-only writes that advance an idle watermark.
@@ -72,6 +76,8 @@ enum Job {
     Commit(Box<Commit>),
     /// Re-reading the fence after a commit whose outcome is unknown.
     ResolveUnknown(Box<Commit>),
+    /// Re-reading the fence after a broken chain left some outcome unknown.
+    ResolveChain(Box<Break>),
     /// Opening watch `id`.
     WatchOpen(u64),
     /// The source-history read of proof round `round` (see `history.rs`).
@@ -124,6 +130,8 @@ struct Commit {
     work: Work,
     record: Checkpoint,
     bytes: Vec<u8>,
+    /// When it was sent (for the commit round trip).
+    sent: Instant,
 }
 
 /// One unit of target work.
@@ -298,7 +306,24 @@ pub struct Mirror {
     gen: Option<Genesis>,
     batcher: Batcher,
     work: VecDeque<Work>,
-    committing: bool,
+    /// Fenced Txns in flight, in chain order, each with its reply once it came (replies are
+    /// acted on in chain order). See `pipeline.rs`.
+    chain: VecDeque<Link>,
+    /// The bytes the fence holds as far as we know: what the next Txn compares.
+    fence_bytes: Vec<u8>,
+    /// The record (and its bytes) the newest Txn in flight installs.
+    chain_tip: Option<(Checkpoint, Vec<u8>)>,
+    /// The sequence number of the next record (unique per link; see `Checkpoint::seq`).
+    next_seq: u64,
+    /// A fence read is resolving an unknown outcome: nothing else is written meanwhile.
+    resolving: bool,
+    /// The chain broke with Txns still in flight: wait for them, then resume from the fence.
+    broken: Option<Break>,
+    /// How many Txns may be in flight now (grows by one per applied Txn up to the limit
+    /// derived from the commit round trip; back to one after a break).
+    depth: usize,
+    /// Smoothed commit round trip.
+    commit_rtt: Option<Duration>,
 
     backoff: Backoff,
     throttle: Backoff,
@@ -373,7 +398,14 @@ impl Mirror {
             gen: None,
             batcher: Batcher::new(limits, allow_split),
             work: VecDeque::new(),
-            committing: false,
+            chain: VecDeque::new(),
+            fence_bytes: Vec::new(),
+            chain_tip: None,
+            next_seq: 1,
+            resolving: false,
+            broken: None,
+            depth: 1,
+            commit_rtt: None,
             backoff: Backoff::new(b.initial_delay, b.max_delay),
             throttle: Backoff::throttled(b.initial_delay, b.max_delay),
             pacer: Pacer::new(s.max_ops_per_second),
@@ -471,7 +503,7 @@ impl Mirror {
         if let Some(r) = &self.stopped {
             return Output::Stopped(r.clone());
         }
-        if self.shutdown && !self.committing {
+        if self.shutdown && !self.committing() {
             return self.stop(now, StopReason::Shutdown);
         }
         Output::Timeout(self.next_deadline(now).unwrap_or(Instant(u64::MAX)))

@@ -51,7 +51,7 @@ impl Mirror {
             self.status.backoff = None;
             self.resume_from_record(now);
         }
-        if self.quota_probe_at.is_some_and(|t| t <= now) && !self.committing {
+        if self.quota_probe_at.is_some_and(|t| t <= now) && !self.committing() {
             self.quota_probe_at = None;
             if self.record.is_some() {
                 self.work.push_front(Work::Fence(FenceWhy::QuotaProbe));
@@ -98,7 +98,7 @@ impl Mirror {
     }
 
     pub(super) fn pacer_deadline(&self) -> Option<Instant> {
-        if self.committing || self.work.is_empty() || !self.pacer.enabled() {
+        if self.committing() || self.work.is_empty() || !self.pacer.enabled() {
             return None;
         }
         // ready_at ignores `now`'s relation to tat only when tat is in the future.

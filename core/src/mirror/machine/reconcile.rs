@@ -58,7 +58,7 @@ impl Mirror {
             && self.gen.is_none()
             && self.pass.is_none()
             && self.work.is_empty()
-            && !self.committing
+            && !self.committing()
             && !self.paused
             && self.hold_until.is_none()
             && self.resume_at.is_none()
@@ -326,7 +326,7 @@ impl Mirror {
 
     /// Called when the work queue is empty: a merged pass whose repairs all landed ends.
     pub(super) fn maybe_finish_pass(&mut self, now: Instant) {
-        if self.committing || !self.work.is_empty() {
+        if self.committing() || !self.work.is_empty() {
             return;
         }
         let Some(p) = &self.pass else { return };

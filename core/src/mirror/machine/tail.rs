@@ -228,7 +228,7 @@ impl Mirror {
                 let idle = self.stage == Stage::Tail
                     && self.pass.is_none()
                     && self.work.is_empty()
-                    && !self.committing
+                    && !self.committing()
                     && self.batcher.is_empty();
                 let w = self.record.as_ref().map_or(0, |r| r.watermark);
                 let split = self.record.as_ref().is_some_and(|r| r.split.is_some());

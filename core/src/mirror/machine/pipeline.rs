@@ -1,0 +1,365 @@
+//! The commit chain: up to `depth` fenced Txns in flight, acted on in chain order.
+//!
+//! Every record carries a sequence number no earlier record of the link had, and each
+//! Txn compares the fence's value with the record the Txn before it installs. A Txn can
+//! therefore only apply directly on top of its predecessor, and at most once: etcd may
+//! reorder concurrent requests (it promises no FIFO order for unary RPCs), and a late
+//! duplicate may arrive after its chain was given up, but neither can apply anything out
+//! of order. Order only costs speed: a Txn that arrives before its predecessor fails its
+//! compare, and so does everything after it.
+//!
+//! Replies are buffered and acted on in chain order, so the rest of the machine sees the
+//! same sequence of outcomes as with one Txn in flight. A failure with later Txns still in
+//! flight is a break: nothing new is sent, the Txns already sent resolve (a success after
+//! the failed one proves it applied), and the mirror resumes from the record the fence
+//! holds, read again when any outcome stayed unknown. See docs/design.md, "Pipelined
+//! commits".
+
+use super::*;
+
+/// One Txn of the chain and, once it came, its reply.
+#[derive(Debug, Clone)]
+pub(super) struct Link {
+    pub(super) seq: u64,
+    /// Bytes of its ops, for the in-flight budget.
+    pub(super) wire: usize,
+    /// A scan or tail write (others run alone).
+    pub(super) chained: bool,
+    pub(super) reply: Option<(Commit, Result<TxnReply, Failure>)>,
+}
+
+/// Why the chain broke, acted on once every Txn in flight has resolved.
+#[derive(Debug, Clone)]
+pub(super) struct Break {
+    /// Some Txn's outcome is unknown (a transport error): the fence must be read.
+    pub(super) unknown: bool,
+    /// The first failure, when it needs more than a retry (a throttle, a full target).
+    pub(super) cause: Option<Failure>,
+    /// The Txns that did not (or may not have) applied, in chain order: their work is
+    /// sent again, on top of whatever the fence turns out to hold.
+    pub(super) redo: Vec<Commit>,
+    /// The fence as the newest failed compare saw it.
+    pub(super) seen: Option<KeyValue>,
+}
+
+/// The largest chain, whatever the round trip.
+pub(super) const MAX_DEPTH: usize = 64;
+/// What one Txn is assumed to cost the target: the depth that keeps a target busy across
+/// a round trip is the round trip over this.
+const TARGET_TXN_COST: Duration = Duration::from_millis(2);
+
+impl Mirror {
+    /// Whether any fenced write is in flight or being resolved.
+    pub(super) fn committing(&self) -> bool {
+        !self.chain.is_empty() || self.resolving
+    }
+
+    /// How many Txns may be in flight: the configured limit, the round trip's needs, and
+    /// the slow start after a break.
+    pub(super) fn depth_limit(&self) -> usize {
+        let cap = (self.cfg.sync.max_txns_in_flight as usize).clamp(1, MAX_DEPTH);
+        let by_rtt = self.commit_rtt.map_or(cap, |rtt| {
+            let n = rtt.as_micros() / TARGET_TXN_COST.as_micros().max(1);
+            usize::try_from(n).unwrap_or(MAX_DEPTH).saturating_add(2)
+        });
+        cap.min(by_rtt).min(self.depth.max(1))
+    }
+
+    /// Whether `work` may join the Txns in flight (only scan and tail writes are chained;
+    /// writes that change what the fence means wait for an empty chain).
+    pub(super) fn may_chain(&self, work: &Work) -> bool {
+        self.chain.is_empty() || (self.chainable(work) && self.chain_has_room())
+    }
+
+    /// Scan pages, and tail batches once genesis is done. A genesis's replay writes stay
+    /// one at a time: its records take the anchor as of the newest event fed, not as of
+    /// their own watermark, which only holds while nothing is written ahead of them.
+    pub(super) fn chainable(&self, work: &Work) -> bool {
+        match work {
+            Work::Scan { .. } => true,
+            Work::Tail(_) => self.stage == Stage::Tail,
+            _ => false,
+        }
+    }
+
+    /// Whether one more scan or tail Txn may join the chain now.
+    pub(super) fn chain_has_room(&self) -> bool {
+        let wire: usize = self.chain.iter().map(|l| l.wire).sum();
+        let budget = self
+            .cfg
+            .sync
+            .txn_flush_bytes
+            .saturating_mul(READ_AHEAD_PAGES);
+        self.broken.is_none()
+            && !self.resolving
+            && self.chain.iter().all(|l| l.chained)
+            && self.chain.len() < self.depth_limit()
+            && (wire as u64) < budget
+    }
+
+    /// The record the next Txn builds on: the newest in flight, or the durable one.
+    pub(super) fn tip(&self) -> Option<&Checkpoint> {
+        self.chain_tip
+            .as_ref()
+            .map(|(r, _)| r)
+            .or(self.record.as_ref())
+    }
+
+    /// The bytes the next Txn compares the fence with.
+    pub(super) fn tip_bytes(&self) -> &[u8] {
+        self.chain_tip
+            .as_ref()
+            .map_or(self.fence_bytes.as_slice(), |(_, b)| b.as_slice())
+    }
+
+    /// A Txn's reply came: buffer it, then act on the chain's head while its reply is in.
+    pub(super) fn on_chain_reply(
+        &mut self,
+        now: Instant,
+        c: Commit,
+        reply: Result<TxnReply, Failure>,
+    ) {
+        if self.stage == Stage::Stopped {
+            return;
+        }
+        let seq = c.record.seq;
+        let Some(link) = self.chain.iter_mut().find(|l| l.seq == seq) else {
+            // A Txn of a chain given up (a takeover, a park): its outcome is the fence's.
+            return;
+        };
+        if reply.is_ok() {
+            let rtt = now.saturating_duration_since(c.sent);
+            self.commit_rtt = Some(match self.commit_rtt {
+                None => rtt,
+                Some(old) => (old * 7 + rtt) / 8,
+            });
+        }
+        link.reply = Some((c, reply));
+        while self.chain.front().is_some_and(|l| l.reply.is_some()) {
+            let Some(Link {
+                reply: Some((c, reply)),
+                ..
+            }) = self.chain.pop_front()
+            else {
+                break;
+            };
+            // A later Txn applied, so this one did: it was the only way to its record.
+            let later_applied = self
+                .chain
+                .iter()
+                .any(|l| matches!(&l.reply, Some((_, Ok(t))) if t.succeeded));
+            if self.chain.is_empty() {
+                self.chain_tip = None;
+            }
+            match reply {
+                Ok(t) if t.succeeded => {
+                    if self.broken.is_none() {
+                        self.depth = (self.depth + 1).min(MAX_DEPTH);
+                    }
+                    self.commit_applied(now, c, t.header_revision);
+                }
+                _ if later_applied => self.commit_applied(now, c, 0),
+                reply if self.broken.is_some() => {
+                    // Dead (its predecessor never applied) or unknown: sent again later.
+                    if let Some(b) = self.broken.as_mut() {
+                        match reply {
+                            Err(f) => b.unknown |= unknown_outcome(&f),
+                            Ok(t) => {
+                                if let Some(kv) = t.reads.into_iter().next().flatten() {
+                                    b.seen = Some(kv);
+                                }
+                            }
+                        }
+                        b.redo.push(c);
+                    }
+                }
+                reply if self.chain.is_empty() && !self.overtook(&c, &reply) => {
+                    // Alone in flight: the one-Txn handling applies as it is.
+                    match reply {
+                        Ok(t) => self.on_commit(now, c, t),
+                        Err(f) => self.on_commit_failed(now, c, f),
+                    }
+                }
+                Ok(t) => {
+                    let current = t.reads.into_iter().next().flatten();
+                    let ours = current.as_ref().is_some_and(|kv| {
+                        kv.value == self.fence_bytes
+                            || Checkpoint::decode(&kv.value)
+                                .is_ok_and(|r| r.holder == self.holder && r.epoch == c.record.epoch)
+                    });
+                    if !ours {
+                        // Someone else wrote the fence: decide now, as with one Txn.
+                        self.abandon_chain();
+                        return self.judge_fence(now, c, current);
+                    }
+                    // Arrived before its predecessor (or after a lost one).
+                    self.status.chain_breaks += 1;
+                    self.broken = Some(Break {
+                        unknown: false,
+                        cause: None,
+                        redo: vec![c],
+                        seen: current,
+                    });
+                }
+                Err(f) => {
+                    if let Failure::Permanent { kind, message } = f {
+                        self.abandon_chain();
+                        let fk = if kind == PermanentKind::Unsupported {
+                            FailKind::Unsupported
+                        } else {
+                            FailKind::Permanent
+                        };
+                        return self.fail(now, fk, message);
+                    }
+                    self.status.chain_breaks += 1;
+                    self.broken = Some(Break {
+                        unknown: unknown_outcome(&f),
+                        cause: Some(f),
+                        redo: vec![c],
+                        seen: None,
+                    });
+                }
+            }
+        }
+        if self.chain.is_empty() {
+            if let Some(b) = self.broken.take() {
+                self.after_break(now, b);
+            }
+        }
+    }
+
+    /// Forgets every Txn in flight: their replies are ignored from now on.
+    pub(super) fn abandon_chain(&mut self) {
+        self.chain.clear();
+        self.chain_tip = None;
+        self.depth = 1;
+    }
+
+    /// Every Txn of a broken chain has resolved: find how far it got, then go on.
+    fn after_break(&mut self, now: Instant, b: Break) {
+        self.depth = 1;
+        if b.unknown {
+            self.resolving = true;
+            let cmd = self.fence_read_cmd();
+            self.issue(Job::ResolveChain(Box::new(b)), cmd);
+            return;
+        }
+        match b.seen.clone() {
+            Some(kv) if kv.value != self.fence_bytes && !self.older_own(&kv.value) => {
+                self.settle_break(now, b, Some(kv))
+            }
+            _ => self.redo_after_break(now, b),
+        }
+    }
+
+    /// A record of ours, this epoch, no newer than the durable one: what a Txn that
+    /// overtook its predecessor saw.
+    fn older_own(&self, bytes: &[u8]) -> bool {
+        let Some(r) = &self.record else { return false };
+        Checkpoint::decode(bytes)
+            .is_ok_and(|o| o.holder == r.holder && o.epoch == r.epoch && o.seq <= r.seq)
+    }
+
+    /// Whether a failed compare saw a record older than the one the Txn builds on: it
+    /// reached the server before its predecessor applied.
+    fn overtook(&self, c: &Commit, reply: &Result<TxnReply, Failure>) -> bool {
+        let Ok(t) = reply else { return false };
+        if t.succeeded || matches!(c.work, Work::Claim) {
+            return false;
+        }
+        let Some(Some(kv)) = t.reads.first() else {
+            return false;
+        };
+        kv.value != c.bytes && self.older_own(&kv.value) && c.record.seq > 0
+    }
+
+    /// The fence read after a break with unknown outcomes.
+    pub(super) fn on_resolve_chain(&mut self, now: Instant, b: Break, r: RangeReply) {
+        self.resolving = false;
+        let current = r.kvs.into_iter().next();
+        self.settle_break(now, b, current);
+    }
+
+    /// The fence holds `current`: the Txns of the break up to the one that wrote it applied
+    /// (in order, each on its predecessor); the rest did not and are sent again.
+    fn settle_break(&mut self, now: Instant, mut b: Break, current: Option<KeyValue>) {
+        if let Some(kv) = &current {
+            if kv.value == self.fence_bytes {
+                return self.redo_after_break(now, b);
+            }
+            if let Some(i) = b.redo.iter().position(|c| c.bytes == kv.value) {
+                let rest = b.redo.split_off(i + 1);
+                for c in std::mem::take(&mut b.redo) {
+                    let rev = if c.bytes == kv.value {
+                        kv.mod_revision
+                    } else {
+                        0
+                    };
+                    self.commit_applied(now, c, rev);
+                }
+                b.redo = rest;
+                return self.redo_after_break(now, b);
+            }
+            if let Ok(rec) = Checkpoint::decode(&kv.value) {
+                let mine = self.record.as_ref().is_some_and(|r| {
+                    r.holder == rec.holder && r.epoch == rec.epoch && rec.seq > r.seq
+                });
+                if mine {
+                    // A Txn of an earlier chain, given up on, applied after all: its record
+                    // is where we are, and it is resumed from like a restart.
+                    self.fence_bytes = kv.value.clone();
+                    self.fence_rev = kv.mod_revision;
+                    self.status.own_late_writes_adopted += 1;
+                    self.status.last_applied_revision =
+                        self.status.last_applied_revision.max(rec.watermark);
+                    self.record = Some(rec);
+                    self.stage = Stage::Fencing;
+                    return self.resume_from_record(now);
+                }
+            }
+        }
+        // Not ours: decide as a failed compare would.
+        let Some(c) = b.redo.into_iter().next() else {
+            return self.resume_from_record(now);
+        };
+        self.judge_fence(now, c, current);
+    }
+
+    /// Sends the work of the Txns that did not apply again, in order, after any backoff
+    /// the failure asks for.
+    fn redo_after_break(&mut self, now: Instant, b: Break) {
+        let mut redo = b.redo.into_iter();
+        let first = match b.cause {
+            Some(Failure::NoSpace) => return self.park(now),
+            Some(Failure::TooLarge { .. }) => redo.next(),
+            _ => None,
+        };
+        for c in redo.rev() {
+            self.work.push_front(c.work);
+        }
+        if let Some(c) = first {
+            // Pushes its halves in front of the rest.
+            return self.shrink_or_fail(now, c);
+        }
+        match b.cause {
+            Some(Failure::Throttled { message }) => {
+                self.status.set_condition(
+                    now,
+                    C::TargetThrottled,
+                    true,
+                    "TooManyRequests",
+                    message,
+                );
+                self.hold_until = Some(now + self.throttle.next_delay(&mut self.rng));
+            }
+            Some(_) => self.hold_until = Some(now + self.backoff.next_delay(&mut self.rng)),
+            None => {}
+        }
+        self.pump(now);
+    }
+}
+
+/// The Txn may have applied: only the fence can tell.
+fn unknown_outcome(f: &Failure) -> bool {
+    matches!(f, Failure::Unknown { .. } | Failure::Transient { .. })
+}

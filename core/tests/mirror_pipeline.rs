@@ -1,0 +1,181 @@
+// Test code: a panic with the failing value is the report we want.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+//! Scripted exchanges of the commit chain: several fenced Txns in flight, replies in any
+//! order, Txns that overtake their predecessor, outcomes lost on the way.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tidemark_core::classify::Failure;
+use tidemark_core::config::InitialSyncMode;
+use tidemark_core::etcd::{Command, Reply, TxnReply, WatchEvent};
+use tidemark_core::mirror::{Checkpoint, CommandId, FailKind, StopReason};
+
+/// A mirror past its initial sync that may keep `depth` Txns in flight, and its watch.
+fn tailing(depth: u32, seed: u64) -> (Harness, u64) {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.max_txns_in_flight = depth;
+    let mut h = Harness::new(cfg, seed);
+    let w = cold_start(&mut h, "3.5.13");
+    (h, w)
+}
+
+/// Delivers one source revision that puts `key`, and returns the Txns this sends.
+fn revision(h: &mut Harness, w: u64, rev: i64, key: &[u8]) -> Vec<(CommandId, Command)> {
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: rev,
+            events: vec![put_ev(key, b"v", rev)],
+        },
+    );
+    h.drain()
+}
+
+/// The failed compare of a Txn, with the fence the server holds.
+fn compare_failed(fence: &[u8], rev: i64) -> Reply {
+    Reply::Txn(TxnReply {
+        succeeded: false,
+        header_revision: rev,
+        reads: vec![Some(kv(FENCE, fence, rev))],
+    })
+}
+
+/// Two Txns in flight: revision 101 (a) and 102 (b), b built on a's record.
+fn two_in_flight(h: &mut Harness, w: u64) -> ((CommandId, Command), (CommandId, Command)) {
+    let a = one(revision(h, w, 101, b"/app/a"));
+    // A commit round trip long enough for a second Txn to be worth sending.
+    h.advance(Duration::from_millis(20));
+    let b = one(revision(h, w, 102, b"/app/b"));
+    assert_eq!(
+        compare_bytes(&b.1),
+        fence_of(&a.1).encode(),
+        "b builds on a"
+    );
+    (a, b)
+}
+
+#[test]
+fn replies_out_of_order_are_acted_on_in_chain_order() {
+    let (mut h, w) = tailing(4, 31);
+    let base = h.applied_fence.clone();
+    let (a, b) = two_in_flight(&mut h, w);
+    assert_eq!(compare_bytes(&a.1), base, "a builds on the durable record");
+    assert_eq!(h.m.status().txns_in_flight, 2);
+    h.done(b.0, Ok(txn_ok(31)));
+    assert_eq!(
+        h.m.status().last_applied_revision,
+        100,
+        "b's success waits for a's reply"
+    );
+    h.done(a.0, Ok(txn_ok(30)));
+    assert_eq!(h.m.status().last_applied_revision, 102);
+    assert_eq!(h.m.status().chain_breaks, 0);
+    // The next Txn builds on b's record.
+    let c = one(revision(&mut h, w, 103, b"/app/c"));
+    assert_eq!(compare_bytes(&c.1), fence_of(&b.1).encode());
+}
+
+#[test]
+fn a_lost_reply_is_proven_applied_by_a_later_success() {
+    let (mut h, w) = tailing(4, 32);
+    let (a, b) = two_in_flight(&mut h, w);
+    h.done(b.0, Ok(txn_ok(31)));
+    // a's reply is lost, but b could only apply on top of a.
+    h.done(
+        a.0,
+        Err(Failure::Unknown {
+            message: "context deadline exceeded".into(),
+        }),
+    );
+    assert_eq!(h.m.status().last_applied_revision, 102);
+    assert!(h.drain().is_empty(), "no fence read, nothing sent again");
+}
+
+#[test]
+fn a_txn_that_overtook_its_predecessor_is_sent_again_on_top_of_it() {
+    let (mut h, w) = tailing(4, 33);
+    let base = h.applied_fence.clone();
+    let (a, b) = two_in_flight(&mut h, w);
+    // b reached the server first: its compare failed against the durable record.
+    h.done(b.0, Ok(compare_failed(&base, 29)));
+    assert!(h.drain().is_empty(), "waits for a");
+    h.done(a.0, Ok(txn_ok(30)));
+    assert_eq!(h.m.status().last_applied_revision, 101);
+    assert_eq!(h.m.status().chain_breaks, 1);
+    // b's work again, now on top of a, with a new record; nothing read from the source.
+    let (_, again) = one(h.drain());
+    assert_eq!(data_ops(&again), data_ops(&b.1));
+    assert_eq!(compare_bytes(&again), fence_of(&a.1).encode());
+    let (rb, ra) = (fence_of(&b.1), fence_of(&again));
+    assert!(ra.seq > rb.seq, "a record is never written twice");
+    assert_eq!(ra.watermark, 102);
+}
+
+#[test]
+fn unknown_outcomes_in_a_chain_are_settled_by_reading_the_fence() {
+    let (mut h, w) = tailing(4, 34);
+    let (a, b) = two_in_flight(&mut h, w);
+    let lost = || {
+        Err(Failure::Unknown {
+            message: "connection reset".into(),
+        })
+    };
+    h.done(a.0, lost());
+    h.done(b.0, lost());
+    // The fence says how far the chain got: a applied, b did not.
+    let (id, read) = one(h.drain());
+    let Command::Range(r) = &read else {
+        panic!("{read:?}")
+    };
+    assert_eq!(r.key, FENCE);
+    h.done(
+        id,
+        Ok(range(
+            30,
+            vec![kv(FENCE, &fence_of(&a.1).encode(), 30)],
+            false,
+        )),
+    );
+    assert_eq!(h.m.status().last_applied_revision, 101);
+    // b is sent again after the backoff an unknown outcome earns.
+    assert!(h.drain().is_empty());
+    h.advance(Duration::from_secs(2));
+    let (_, again) = one(h.drain());
+    assert_eq!(data_ops(&again), data_ops(&b.1));
+    assert_eq!(compare_bytes(&again), fence_of(&a.1).encode());
+}
+
+#[test]
+fn another_holder_in_a_failed_compare_stops_the_chain_without_writing() {
+    let (mut h, w) = tailing(4, 35);
+    let (a, b) = two_in_flight(&mut h, w);
+    let mut theirs: Checkpoint = fence_of(&a.1);
+    theirs.epoch += 1;
+    theirs.holder = "ffffffffffffffffffffffffffffffff".into();
+    h.done(a.0, Ok(compare_failed(&theirs.encode(), 40)));
+    match h.stopped() {
+        Some(StopReason::Failed {
+            kind: FailKind::FenceLost,
+            ..
+        }) => {}
+        other => panic!("expected FenceLost, got {other:?}"),
+    }
+    // b's reply comes after the stop and changes nothing.
+    h.done(b.0, Ok(compare_failed(&theirs.encode(), 40)));
+    assert!(h.drain().is_empty());
+}
+
+#[test]
+fn depth_one_keeps_one_txn_in_flight() {
+    let (mut h, w) = tailing(1, 36);
+    let a = one(revision(&mut h, w, 101, b"/app/a"));
+    h.advance(Duration::from_millis(20));
+    assert!(revision(&mut h, w, 102, b"/app/b").is_empty());
+    h.done(a.0, Ok(txn_ok(30)));
+    let (_, b) = one(h.drain());
+    assert_eq!(compare_bytes(&b), fence_of(&a.1).encode());
+}
