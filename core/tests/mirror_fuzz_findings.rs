@@ -391,36 +391,36 @@ fn reconcile_pass_ignores_keys_outside_the_window_it_asked_for() {
         h.now,
         tidemark_core::mirror::Input::Control(Control::Reconcile),
     );
-    let cmds = h.drain();
-    let read = |cluster| {
-        cmds.iter()
-            .find(|(_, c)| matches!(c, Command::Range(r) if r.cluster == cluster))
-            .unwrap()
-            .0
-    };
-    let (src, tgt) = (read(Cluster::Source), read(Cluster::Target));
-    h.done(
-        src,
-        Ok(range(
-            100,
-            vec![kv(b"/app/a", b"1", 50), kv(b"/apq/not-ours", b"x", 60)],
-            false,
-        )),
-    );
-    h.done(
-        tgt,
-        Ok(range(
-            13,
-            vec![
-                kv(b"/a/outside", b"x", 13),
-                kv(b"/mirror/a", b"1", 13),
-                kv(b"/mirror/z", b"x", 13),
-                kv(b"/other/x", b"x", 13),
-            ],
-            false,
-        )),
-    );
-    let (_, cmd) = one(h.drain());
+    // A server that lists keys outside what was asked on every page, besides the right
+    // ones (the pass reads bounded pages, so it is asked many times).
+    let ours_src = vec![kv(b"/app/a", b"1", 50)];
+    let ours_tgt = vec![kv(b"/mirror/a", b"1", 13), kv(b"/mirror/z", b"x", 13)];
+    let foreign_src = vec![kv(b"/apq/not-ours", b"x", 60)];
+    let foreign_tgt = vec![kv(b"/a/outside", b"x", 13), kv(b"/other/x", b"x", 13)];
+    let mut cmds = h.drain();
+    let mut txns = Vec::new();
+    for _ in 0..1000 {
+        if cmds.is_empty() {
+            break;
+        }
+        for (id, c) in std::mem::take(&mut cmds) {
+            let Command::Range(r) = &c else {
+                txns.push((id, c));
+                continue;
+            };
+            let (rev, ours, foreign) = match r.cluster {
+                Cluster::Source => (100, &ours_src, &foreign_src),
+                Cluster::Target => (13, &ours_tgt, &foreign_tgt),
+            };
+            let Reply::Range(mut page) = serve_range(r, rev, ours) else {
+                unreachable!()
+            };
+            page.kvs.extend(foreign.iter().cloned());
+            h.done(id, Ok(Reply::Range(page)));
+        }
+        cmds = h.drain();
+    }
+    let (_, cmd) = one(txns);
     assert_eq!(data_ops(&cmd), vec![del(b"/mirror/z")]);
 }
 

@@ -179,3 +179,45 @@ fn depth_one_keeps_one_txn_in_flight() {
     let (_, b) = one(h.drain());
     assert_eq!(compare_bytes(&b), fence_of(&a.1).encode());
 }
+
+#[test]
+fn a_success_after_an_unknown_outcome_proves_the_unknown_one_applied() {
+    let (mut h, w) = tailing(4, 37);
+    let (a, b) = two_in_flight(&mut h, w);
+    // a's reply is lost first (the chain breaks), then b's success arrives: a applied.
+    h.done(
+        a.0,
+        Err(Failure::Unknown {
+            message: "context deadline exceeded".into(),
+        }),
+    );
+    h.done(b.0, Ok(txn_ok(31)));
+    assert_eq!(h.m.status().last_applied_revision, 102);
+    // Nothing is sent again: a fence read may settle it, but a's work is never redone
+    // on top of b (that would write revision 101's values over 102's).
+    for (id, cmd) in h.drain() {
+        match &cmd {
+            Command::Range(r) => {
+                assert_eq!(r.key, FENCE);
+                h.done(
+                    id,
+                    Ok(range(
+                        31,
+                        vec![kv(FENCE, &fence_of(&b.1).encode(), 31)],
+                        false,
+                    )),
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    for _ in 0..6 {
+        h.advance(Duration::from_secs(10));
+        for (_, cmd) in h.drain() {
+            assert!(
+                !matches!(&cmd, Command::Txn(_)) || data_ops(&cmd).is_empty(),
+                "a's work was sent again: {cmd:?}"
+            );
+        }
+    }
+}

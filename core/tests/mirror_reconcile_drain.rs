@@ -68,30 +68,28 @@ fn periodic_pass_counts_and_repairs_drift_without_moving_the_watermark() {
             events: vec![put_ev(b"/app/n", b"new", 101)],
         },
     );
-    h.done(
+    h.serve_pass(
         src,
-        Ok(range(
-            101,
-            vec![
-                kv(b"/app/a", b"1", 50),
-                kv(b"/app/b", b"2", 60),
-                kv(b"/app/c", b"3", 70),
-            ],
-            false,
-        )),
-    );
-    h.done(
         tgt,
-        Ok(range(
-            13,
-            vec![
-                tkv(FENCE, b"fence"),
-                tkv(b"/mirror/a", b"1"),
-                tkv(b"/mirror/b", b"stale"),
-                tkv(b"/mirror/z", b"orphan"),
-            ],
-            false,
-        )),
+        PassFixture {
+            src: (
+                101,
+                vec![
+                    kv(b"/app/a", b"1", 50),
+                    kv(b"/app/b", b"2", 60),
+                    kv(b"/app/c", b"3", 70),
+                ],
+            ),
+            tgt: (
+                13,
+                vec![
+                    tkv(FENCE, b"fence"),
+                    tkv(b"/mirror/a", b"1"),
+                    tkv(b"/mirror/b", b"stale"),
+                    tkv(b"/mirror/z", b"orphan"),
+                ],
+            ),
+        },
     );
     let (id, cmd) = one(h.drain());
     assert_eq!(
@@ -127,14 +125,13 @@ fn orphans_are_deleted_only_with_delete_orphans() {
     h.m.handle_input(h.now, Input::Control(Control::Reconcile));
     let cmds = h.drain();
     let ((src, _), tgt) = pass_reads(&cmds);
-    h.done(src, Ok(range(100, vec![kv(b"/app/a", b"1", 50)], false)));
-    h.done(
+    h.serve_pass(
+        src,
         tgt,
-        Ok(range(
-            13,
-            vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/z", b"x")],
-            false,
-        )),
+        PassFixture {
+            src: (100, vec![kv(b"/app/a", b"1", 50)]),
+            tgt: (13, vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/z", b"x")]),
+        },
     );
     let (id, cmd) = one(h.drain());
     assert_eq!(data_ops(&cmd), vec![del(b"/mirror/z")]);
@@ -150,9 +147,16 @@ fn a_clean_pass_reports_no_drift_and_rearms() {
     h.advance(Duration::from_secs(61));
     let cmds = h.drain();
     let ((src, _), tgt) = pass_reads(&cmds);
-    h.done(src, Ok(range(100, vec![kv(b"/app/a", b"1", 50)], false)));
-    h.done(tgt, Ok(range(13, vec![tkv(b"/mirror/a", b"1")], false)));
+    h.serve_pass(
+        src,
+        tgt,
+        PassFixture {
+            src: (100, vec![kv(b"/app/a", b"1", 50)]),
+            tgt: (13, vec![tkv(b"/mirror/a", b"1")]),
+        },
+    );
     assert!(h.drain().is_empty());
+    h.pass_fixture = None;
     assert!(!h.m.status().condition(ConditionType::DriftDetected));
     assert!(
         h.m.status().condition(ConditionType::InvariantsHeld),
@@ -189,25 +193,20 @@ fn compacted_pin_falls_back_to_unpinned_and_skips_keys_in_flight() {
     );
     // b changed after the watermark (in flight): not drift. z is absent from the latest
     // source, which cannot tell an orphan from a delete in flight: reported, not deleted.
-    h.done(
+    h.serve_pass(
         src2,
-        Ok(range(
-            130,
-            vec![kv(b"/app/a", b"1", 50), kv(b"/app/b", b"9", 120)],
-            false,
-        )),
-    );
-    h.done(
         tgt,
-        Ok(range(
-            13,
-            vec![
-                tkv(b"/mirror/a", b"1"),
-                tkv(b"/mirror/b", b"2"),
-                tkv(b"/mirror/z", b"x"),
-            ],
-            false,
-        )),
+        PassFixture {
+            src: (130, vec![kv(b"/app/a", b"1", 50), kv(b"/app/b", b"9", 120)]),
+            tgt: (
+                13,
+                vec![
+                    tkv(b"/mirror/a", b"1"),
+                    tkv(b"/mirror/b", b"2"),
+                    tkv(b"/mirror/z", b"x"),
+                ],
+            ),
+        },
     );
     assert!(h.drain().is_empty(), "nothing to repair");
     let d = h.m.status().last_drift.unwrap();
@@ -224,14 +223,16 @@ fn a_foreign_fence_aborts_the_pass_with_prefix_conflict() {
     let ((src, _), tgt) = pass_reads(&cmds);
     let mut other = Checkpoint::decode(&fence_bytes_for_test()).unwrap();
     other.link = "another-link".into();
-    h.done(src, Ok(range(100, vec![], false)));
-    h.done(
+    h.serve_pass(
+        src,
         tgt,
-        Ok(range(
-            13,
-            vec![tkv(b"/mirror/sub/\0tidemark-checkpoint", &other.encode())],
-            false,
-        )),
+        PassFixture {
+            src: (100, vec![]),
+            tgt: (
+                13,
+                vec![tkv(b"/mirror/sub/\0tidemark-checkpoint", &other.encode())],
+            ),
+        },
     );
     assert!(h.drain().is_empty(), "nothing is repaired or deleted");
     assert!(matches!(
@@ -283,9 +284,17 @@ fn verify(
         h.m.status().last_applied_revision,
         "verification is pinned at the watermark"
     );
-    h.done(s, Ok(range(rev, src, false)));
-    h.done(t, Ok(range(13, tgt, false)));
-    h.drain()
+    h.serve_pass(
+        s,
+        t,
+        PassFixture {
+            src: (rev, src),
+            tgt: (13, tgt),
+        },
+    );
+    let next = h.drain();
+    h.pass_fixture = None;
+    next
 }
 
 #[test]
@@ -492,13 +501,9 @@ fn untrusted_drain_target_ignores_writes_under_excluded_prefixes() {
     h.done(id, Ok(range(100, vec![kv(b"/app/z", b"", 70)], false)));
     // The newest in-scope key is the target, not an excluded write above it.
     assert_eq!(h.m.status().drain_target_revision, Some(70));
-    // Watermark 100 >= 70: verify (both windows empty), then cut over.
+    // Watermark 100 >= 70: verify (both windows empty, served page by page), then cut over.
     let cmds = h.drain();
-    let mut next = verify(&mut h, cmds, vec![], vec![]);
-    let ((s, _), t) = pass_reads(&next);
-    h.done(s, Ok(range(100, vec![], false)));
-    h.done(t, Ok(range(13, vec![], false)));
-    next = h.drain();
+    let next = verify(&mut h, cmds, vec![], vec![]);
     let (_, cmd) = one(next);
     assert_eq!(fence_of(&cmd).role, Role::Primary);
 }
@@ -552,16 +557,16 @@ fn an_unpinned_drain_round_is_retried_instead_of_refusing_in_flight_deletes() {
     h.done(src, Err(Failure::Compacted { rev: 0 }));
     let (src2, _) = one(h.drain());
     // /app/b was deleted at 120, after the watermark: absent from the latest source.
-    h.done(src2, Ok(range(130, vec![kv(b"/app/a", b"1", 50)], false)));
-    h.done(
+    h.serve_pass(
+        src2,
         tgt,
-        Ok(range(
-            13,
-            vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")],
-            false,
-        )),
+        PassFixture {
+            src: (130, vec![kv(b"/app/a", b"1", 50)]),
+            tgt: (13, vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")]),
+        },
     );
     let cmds = h.drain();
+    h.pass_fixture = None;
     assert_eq!(
         h.stopped(),
         None,
@@ -617,8 +622,14 @@ fn a_long_paced_repair_cancels_the_watch_and_resumes_after_the_pass() {
     let missing: Vec<KeyValue> = (0..60)
         .map(|i| kv(format!("/app/k{i:03}").as_bytes(), b"v", 50))
         .collect();
-    h.done(src, Ok(range(100, missing, false)));
-    h.done(tgt, Ok(range(13, vec![], false)));
+    h.serve_pass(
+        src,
+        tgt,
+        PassFixture {
+            src: (100, missing),
+            tgt: (13, vec![]),
+        },
+    );
     let mut cmds = h.drain();
     assert!(
         cmds.iter()

@@ -199,7 +199,7 @@ async fn txn_semantics(v: V) {
     // and a missing key never matches, not even the empty value.
     let by_value = |key: &[u8], bytes: &[u8]| TxnRequest {
         compares: vec![Compare::value_is(key.to_vec(), bytes.to_vec())],
-        success: vec![put("/m/v", "x")],
+        success: vec![put("/m/bv", "x")],
         failure: vec![],
     };
     assert!(

@@ -642,8 +642,9 @@ fn delete_at_compact_revision_is_not_lost() {
 fn sweep_delete_is_retried_after_a_transient_failure() {
     let mut h = Harness::new(3, true);
     let is_sweep = |h: &Harness| matches!(h.inflight.front(), Some((_, Command::Txn(t))) if t.success.iter().any(|op| matches!(op, TxnOp::Delete { .. })));
-    // Step to the sweep (a bounded number of commands: claim, reads, proofs, scan).
-    for _ in 0..30 {
+    // Step to the sweep (a bounded number of commands: claim, reads, proofs, and the
+    // scan's bounded pages, many of them empty spans).
+    for _ in 0..400 {
         if is_sweep(&h) {
             break;
         }

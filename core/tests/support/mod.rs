@@ -6,8 +6,8 @@ use std::time::Duration;
 use tidemark_core::classify::Failure;
 use tidemark_core::config::{InitialSyncMode, MirrorConfig};
 use tidemark_core::etcd::{
-    Cluster, Command, CompareTarget, Event, EventKind, KeyValue, RangeReply, Reply, SortBy,
-    StatusReply, TxnOp, TxnReply, WatchEvent,
+    Cluster, Command, CompareTarget, Event, EventKind, KeyValue, RangeReply, RangeRequest, Reply,
+    SortBy, StatusReply, TxnOp, TxnReply, WatchEvent,
 };
 use tidemark_core::mirror::{
     Checkpoint, CommandId, ConditionType, Input, Mirror, Output, Role, StopReason,
@@ -47,6 +47,48 @@ pub struct Harness {
     /// The fence bytes each Txn in flight puts, and the last ones a reply said applied.
     txn_fences: std::collections::BTreeMap<CommandId, Vec<u8>>,
     pub applied_fence: Vec<u8>,
+    /// The ranges a reconciliation pass reads, served page by page as etcd would (bounded
+    /// reads need many pages): every value-reading page read is answered from these while
+    /// set. See [`Harness::serve_pass`].
+    pub pass_fixture: Option<PassFixture>,
+    ranges: std::collections::BTreeMap<CommandId, RangeRequest>,
+}
+
+/// What a pass reads from each side: the header revision and the key-values.
+#[derive(Debug, Clone)]
+pub struct PassFixture {
+    pub src: (i64, Vec<KeyValue>),
+    pub tgt: (i64, Vec<KeyValue>),
+}
+
+/// The reply etcd gives `r` over `kvs`: the keys in `[key, range_end)` in key order, up
+/// to `limit`, with `more` and the full `count`.
+pub fn serve_range(r: &RangeRequest, rev: i64, kvs: &[KeyValue]) -> Reply {
+    let mut inside: Vec<KeyValue> = kvs
+        .iter()
+        .filter(|kv| {
+            kv.key >= r.key
+                && (r.range_end == [0]
+                    || (!r.range_end.is_empty() && kv.key < r.range_end)
+                    || (r.range_end.is_empty() && kv.key == r.key))
+        })
+        .cloned()
+        .collect();
+    inside.sort_by(|a, b| a.key.cmp(&b.key));
+    let count = inside.len() as i64;
+    let limit = if r.limit > 0 {
+        r.limit as usize
+    } else {
+        usize::MAX
+    };
+    let more = inside.len() > limit;
+    inside.truncate(limit);
+    Reply::Range(RangeReply {
+        header_revision: rev,
+        kvs: inside,
+        more,
+        count,
+    })
 }
 
 /// The point read of the source-history proof (one key, no range end).
@@ -72,6 +114,8 @@ impl Harness {
             source_ids: Default::default(),
             txn_fences: Default::default(),
             applied_fence: Vec::new(),
+            pass_fixture: None,
+            ranges: Default::default(),
         }
     }
 
@@ -118,10 +162,42 @@ impl Harness {
                     let reply = self.proof_answer(&cmd);
                     self.done(id, Ok(reply));
                 }
-                Output::Command { id, cmd } => cmds.push((id, cmd)),
+                Output::Command {
+                    id,
+                    cmd: Command::Range(r),
+                } if self.pass_fixture.is_some() && !r.count_only && !r.keys_only => {
+                    self.ranges.insert(id, r);
+                    self.serve(id);
+                }
+                Output::Command { id, cmd } => {
+                    if let Command::Range(r) = &cmd {
+                        self.ranges.insert(id, r.clone());
+                    }
+                    cmds.push((id, cmd))
+                }
                 Output::Timeout(_) | Output::Stopped(_) => return cmds,
             }
         }
+    }
+
+    /// Answers the pass reads `src` and `tgt` (already drained) from `fixture`, and every
+    /// page read after them while the fixture is set.
+    pub fn serve_pass(&mut self, src: CommandId, tgt: CommandId, fixture: PassFixture) {
+        self.pass_fixture = Some(fixture);
+        self.serve(src);
+        self.serve(tgt);
+    }
+
+    /// Answers one drained range read from the pass fixture.
+    pub fn serve(&mut self, id: CommandId) {
+        let r = self.ranges.remove(&id).expect("a range read the core sent");
+        let f = self.pass_fixture.as_ref().expect("a pass fixture");
+        let (rev, kvs) = match r.cluster {
+            Cluster::Source => &f.src,
+            Cluster::Target => &f.tgt,
+        };
+        let reply = serve_range(&r, *rev, kvs);
+        self.done(id, Ok(reply));
     }
 
     /// What an honest source answers to a proof read, from what the script sent.

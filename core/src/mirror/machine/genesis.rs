@@ -69,6 +69,7 @@ impl Mirror {
             scan_pager: Pager::default(),
             sweep_cursor: Vec::new(),
             sweep_window: 0,
+            sweep_pager: Pager::default(),
             stalled_since: None,
             probe_at: None,
             leased: 0,
@@ -506,10 +507,11 @@ impl Mirror {
         } else {
             w.start.clone()
         };
+        let range_end = g.sweep_pager.bound(w, &key);
         Some(Command::Range(RangeRequest {
             cluster: Cluster::Target,
             key,
-            range_end: w.end.clone(),
+            range_end,
             revision: 0,
             limit: i64::from(self.cfg.sync.page_key_limit),
             count_only: false,
@@ -566,14 +568,29 @@ impl Mirror {
                 range_end: Vec::new(),
             });
         }
+        let limit = self.cfg.sync.page_key_limit;
         let Some(g) = &mut self.gen else { return };
-        match (r.kvs.last(), r.more) {
-            (Some(k), true) => g.sweep_cursor = next_key(k.key.clone()),
-            // Only keys outside the window: no progress, read the page again.
-            (None, true) if listed => {}
-            _ => {
+        let Some(w) = window else { return };
+        let from = if g.sweep_cursor > w.start {
+            g.sweep_cursor.clone()
+        } else {
+            w.start.clone()
+        };
+        let bound = g.sweep_pager.bound(&w, &from);
+        let reply = PageReply {
+            last: r.kvs.last().map(|kv| kv.key.as_slice()),
+            returned: r.kvs.len(),
+            // Only keys outside the window: no progress, read the page again (narrower).
+            more: r.more || (r.kvs.is_empty() && listed),
+            count: r.count,
+            limit,
+        };
+        match g.sweep_pager.advance(&w, &from, &bound, reply) {
+            pager::Next::From(c) => g.sweep_cursor = c,
+            pager::Next::Done => {
                 g.sweep_window += 1;
                 g.sweep_cursor = Vec::new();
+                g.sweep_pager.reset();
             }
         }
         for chunk in batcher::chunk_ops(ops, self.limits) {

@@ -237,6 +237,7 @@ struct Genesis {
     scan_pager: Pager,
     sweep_cursor: Vec<u8>,
     sweep_window: usize,
+    sweep_pager: Pager,
     /// When the scan reader last stopped for the read-ahead cap (the writer is behind).
     stalled_since: Option<Instant>,
     probe_at: Option<Instant>,

@@ -153,6 +153,16 @@ impl Mirror {
             }
             match reply {
                 Ok(t) if t.succeeded => {
+                    // Everything before it applied too, including Txns whose failure
+                    // (an unknown outcome) already broke the chain.
+                    let before = self
+                        .broken
+                        .as_mut()
+                        .map(|b| std::mem::take(&mut b.redo))
+                        .unwrap_or_default();
+                    for earlier in before {
+                        self.commit_applied(now, earlier, 0);
+                    }
                     if self.broken.is_none() {
                         self.depth = (self.depth + 1).min(MAX_DEPTH);
                     }

@@ -22,6 +22,8 @@ pub(super) struct PassSide {
     buf: VecDeque<KeyValue>,
     /// The next key to read in the current window; empty = the window's start.
     cursor: Vec<u8>,
+    /// Bounds each page's walk (see `pager`).
+    pager: Pager,
     done: bool,
     reading: bool,
 }
@@ -102,6 +104,7 @@ impl Mirror {
         } else {
             w.start.clone()
         };
+        let range_end = side.pager.bound(w, &key);
         Some(Command::Range(RangeRequest {
             cluster: if source {
                 Cluster::Source
@@ -109,7 +112,7 @@ impl Mirror {
                 Cluster::Target
             },
             key,
-            range_end: w.end.clone(),
+            range_end,
             revision: if source && p.pinned { p.at } else { 0 },
             limit: i64::from(self.cfg.sync.page_key_limit),
             count_only: false,
@@ -140,14 +143,32 @@ impl Mirror {
             windows.get(p.window).cloned()
         });
         let listed = super::genesis::keep_inside(&mut r.kvs, window.as_ref());
+        if source {
+            self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
+            self.status.source_keys_returned += r.kvs.len() as u64;
+        }
+        let limit = self.cfg.sync.page_key_limit;
         let Some(p) = &mut self.pass else { return };
+        let Some(w) = window else { return };
         let side = if source { &mut p.src } else { &mut p.tgt };
         side.reading = false;
-        match (r.kvs.last(), r.more) {
-            (Some(last), true) => side.cursor = next_key(last.key.clone()),
-            // Only keys outside the window: no progress, read the page again.
-            (None, true) if listed => {}
-            _ => side.done = true,
+        let from = if side.cursor > w.start {
+            side.cursor.clone()
+        } else {
+            w.start.clone()
+        };
+        let bound = side.pager.bound(&w, &from);
+        let reply = PageReply {
+            last: r.kvs.last().map(|kv| kv.key.as_slice()),
+            returned: r.kvs.len(),
+            // Only keys outside the window: no progress, read the page again (narrower).
+            more: r.more || (r.kvs.is_empty() && listed),
+            count: r.count,
+            limit,
+        };
+        match side.pager.advance(&w, &from, &bound, reply) {
+            pager::Next::From(c) => side.cursor = c,
+            pager::Next::Done => side.done = true,
         }
         side.buf.extend(r.kvs);
         self.pass_step(now);
