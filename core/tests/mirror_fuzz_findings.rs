@@ -23,21 +23,6 @@ fn count_reply(rev: i64, count: i64) -> Reply {
     })
 }
 
-/// The untrusted source's "highest mod revision in scope" probe, answered: the keys it
-/// lists (the first has the highest mod revision) and how many keys the range holds.
-fn probe_reply(rev: i64, top: Option<KeyValue>, count: i64) -> Reply {
-    Reply::Range(RangeReply {
-        header_revision: rev,
-        kvs: top.into_iter().collect(),
-        more: count > 1,
-        count,
-    })
-}
-
-fn is_probe(c: &Command) -> bool {
-    matches!(c, Command::Range(r) if r.sort == SortBy::ModRevisionDescending && r.limit == 1)
-}
-
 fn txns(cmds: &[(CommandId, Command)]) -> Vec<(CommandId, Command)> {
     cmds.iter()
         .filter(|(_, c)| matches!(c, Command::Txn(_)))
@@ -129,11 +114,7 @@ fn untrusted_probe_does_not_finish_before_a_delete_the_scan_saw() {
         genesis_until_scanned(&mut h, "3.5.9", 100, 2, vec![kv(b"/app/a", b"1", 50)], 105);
     let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
     // Nothing live changed after 100, but one key fewer than at 100: not proven.
-    h.done(
-        probe.0,
-        Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)),
-    );
-    let cmds = h.drain();
+    let cmds = h.answer_probe(probe.0, 105, &[kv(b"/app/a", b"", 50)]);
     assert!(txns(&cmds).is_empty(), "genesis finished early: {cmds:#?}");
     assert!(!h.m.status().condition(ConditionType::InitialSyncComplete));
 
@@ -152,8 +133,7 @@ fn untrusted_probe_does_not_finish_before_a_delete_the_scan_saw() {
     h.advance(Duration::from_secs(2));
     let (id, cmd) = one(h.drain());
     assert!(is_probe(&cmd), "{cmd:?}");
-    h.done(id, Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)));
-    let (id, cmd) = one(h.drain());
+    let (id, cmd) = one(h.answer_probe(id, 105, &[kv(b"/app/a", b"", 50)]));
     let rec = fence_of(&cmd);
     assert!(data_ops(&cmd).is_empty());
     assert_eq!((rec.scan, rec.watermark), (None, 102));
@@ -172,11 +152,7 @@ fn untrusted_probe_does_not_finish_below_a_value_the_scan_wrote() {
     let (w, cmds) = genesis_until_scanned(&mut h, "3.5.9", 100, 1, page, 103);
     let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
     // /app/t was deleted at 104: one key, the highest mod revision 50.
-    h.done(
-        probe.0,
-        Ok(probe_reply(105, Some(kv(b"/app/a", b"", 50)), 1)),
-    );
-    let cmds = h.drain();
+    let cmds = h.answer_probe(probe.0, 105, &[kv(b"/app/a", b"", 50)]);
     assert!(txns(&cmds).is_empty(), "genesis finished early: {cmds:#?}");
 
     h.watch(
@@ -236,11 +212,7 @@ fn resumed_untrusted_genesis_proves_quiet_only_with_durable_smax_and_count() {
         assert_eq!(wr.start_revision, 201);
         h.done(cmds[0].0, Ok(Reply::WatchStarted));
         let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
-        h.done(
-            probe.0,
-            Ok(probe_reply(300, Some(kv(b"/app/a", b"", 150)), 1)),
-        );
-        let cmds = h.drain();
+        let cmds = h.answer_probe(probe.0, 300, &[kv(b"/app/a", b"", 150)]);
         if finishes {
             let (_, cmd) = one(cmds);
             let rec = fence_of(&cmd);

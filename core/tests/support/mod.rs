@@ -96,6 +96,11 @@ pub fn is_history_proof(c: &Command) -> bool {
     matches!(c, Command::Range(r) if r.cluster == Cluster::Source && r.range_end.is_empty() && r.limit == 1 && !r.count_only)
 }
 
+/// A page of a snapshot probe: a keys-only source read of a range, bounded, with a limit.
+pub fn is_probe(c: &Command) -> bool {
+    matches!(c, Command::Range(r) if r.cluster == Cluster::Source && r.keys_only && !r.count_only && !r.range_end.is_empty() && r.limit > 1)
+}
+
 /// The pinned, count-only read the core makes before opening a watch.
 pub fn is_watch_guard(c: &Command) -> bool {
     matches!(c, Command::Range(r) if r.cluster == Cluster::Source && r.count_only && r.revision > 0 && r.limit == 1)
@@ -198,6 +203,37 @@ impl Harness {
         };
         let reply = serve_range(&r, *rev, kvs);
         self.done(id, Ok(reply));
+    }
+
+    /// Answers the snapshot probe read `id` (the untrusted-progress probe or the drain's
+    /// target read: pinned, keys-only, bounded pages) from `snapshot`, and every page of it
+    /// that follows; returns whatever else the core sent meanwhile.
+    pub fn answer_probe(
+        &mut self,
+        id: CommandId,
+        rev: i64,
+        snapshot: &[KeyValue],
+    ) -> Vec<(CommandId, Command)> {
+        let mut next = vec![(id, Command::Range(self.ranges[&id].clone()))];
+        let mut rest = Vec::new();
+        for _ in 0..10_000 {
+            let mut served = false;
+            for (id, cmd) in std::mem::take(&mut next) {
+                match &cmd {
+                    Command::Range(r) if is_probe(&cmd) => {
+                        served = true;
+                        self.ranges.remove(&id);
+                        self.done(id, Ok(serve_range(r, rev, snapshot)));
+                    }
+                    _ => rest.push((id, cmd)),
+                }
+            }
+            if !served {
+                return rest;
+            }
+            next = self.drain();
+        }
+        panic!("the probe never finished");
     }
 
     /// What an honest source answers to a proof read, from what the script sent.

@@ -1,8 +1,9 @@
 //! Drain and cut-over.
 //!
 //! The drain target is the source header revision when progress notifications are trusted,
-//! and otherwise the highest mod revision in scope (one read per scan window, so a write
-//! under an excluded prefix, which the watermark never covers, is not a target). Once the
+//! and otherwise the highest mod revision in scope (one snapshot of the scan windows, read in
+//! bounded pages, so a write under an excluded prefix, which the watermark never covers, is
+//! not a target). Once the
 //! watermark reaches it, a full pinned diff-and-repair pass verifies the target. A round that had to repair anything is
 //! followed by another round, so the cut-over is always backed by a clean pass. Then the fence
 //! flips to `Primary`, which makes every later mirror write fail its compare, and the agent
@@ -19,10 +20,9 @@ pub(super) struct DrainState {
     /// None until the target read returns.
     pub(super) target: Option<i64>,
     pub(super) reading: bool,
-    /// Untrusted progress: the next source window to read, and the highest mod revision
-    /// seen in the windows read so far.
-    pub(super) window: usize,
-    pub(super) max_mod: i64,
+    /// Untrusted progress: the snapshot of the scan windows being read for their newest
+    /// mod revision.
+    pub(super) scan: Option<ModScan>,
     pub(super) counts: Counts,
     pub(super) leased: u64,
     pub(super) verified_at: Option<Instant>,
@@ -33,8 +33,7 @@ impl DrainState {
     fn forget_target(&mut self) {
         self.target = None;
         self.reading = false;
-        self.window = 0;
-        self.max_mod = 0;
+        self.scan = None;
     }
 }
 
@@ -48,8 +47,7 @@ impl Mirror {
             self.drain = Some(DrainState {
                 target: None,
                 reading: false,
-                window: 0,
-                max_mod: 0,
+                scan: None,
                 counts: Counts::default(),
                 leased: 0,
                 verified_at: None,
@@ -84,24 +82,23 @@ impl Mirror {
         }
     }
 
-    pub(super) fn drain_target_cmd(&self) -> Command {
+    pub(super) fn drain_target_cmd(&self) -> Option<Command> {
         if self.progress_trusted {
-            return self.r0_cmd();
+            return Some(self.r0_cmd());
         }
-        let i = self.drain.as_ref().map_or(0, |d| d.window);
-        let windows = self.keys.source_windows();
-        match windows.get(i) {
-            Some(w) => super::genesis::newest_key_cmd(w.start.clone(), w.end.clone()),
-            None => self.max_mod_cmd(),
-        }
+        let scan = self.drain.as_ref()?.scan.as_ref()?;
+        scan.cmd(self.cfg.sync.page_key_limit)
     }
 
     fn read_drain_target(&mut self) {
+        let windows = self.keys.source_windows();
         if let Some(d) = &mut self.drain {
             d.reading = true;
+            d.scan = Some(ModScan::new(windows));
         }
-        let cmd = self.drain_target_cmd();
-        self.issue(Job::DrainTarget, cmd);
+        if let Some(cmd) = self.drain_target_cmd() {
+            self.issue(Job::DrainTarget, cmd);
+        }
     }
 
     pub(super) fn on_drain_target(&mut self, now: Instant, r: RangeReply) {
@@ -109,16 +106,19 @@ impl Mirror {
         let target = if self.progress_trusted {
             r.header_revision
         } else {
-            let windows = self.keys.source_windows().len();
-            let Some(d) = &mut self.drain else { return };
-            d.max_mod = d.max_mod.max(r.kvs.first().map_or(0, |kv| kv.mod_revision));
-            d.window += 1;
-            if d.window < windows {
-                let cmd = self.drain_target_cmd();
-                self.issue(Job::DrainTarget, cmd);
+            self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
+            self.status.source_keys_returned += r.kvs.len() as u64;
+            let limit = self.cfg.sync.page_key_limit;
+            let Some(scan) = self.drain.as_mut().and_then(|d| d.scan.as_mut()) else {
+                return;
+            };
+            if !scan.on_page(r, limit) {
+                if let Some(cmd) = self.drain_target_cmd() {
+                    self.issue(Job::DrainTarget, cmd);
+                }
                 return;
             }
-            d.max_mod
+            scan.max_mod
         };
         if let Some(d) = &mut self.drain {
             d.reading = false;

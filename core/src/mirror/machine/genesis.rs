@@ -1,6 +1,7 @@
 //! Genesis by the reflector pattern: R0, watch, scan, replay, sweep, finish.
 
 use super::*;
+use crate::mirror::keys::Window;
 
 impl Mirror {
     pub(super) fn after_claim(&mut self, now: Instant) {
@@ -72,6 +73,7 @@ impl Mirror {
             sweep_pager: Pager::default(),
             stalled_since: None,
             probe_at: None,
+            probe: None,
             leased: 0,
         }
     }
@@ -404,12 +406,7 @@ impl Mirror {
                     {
                         self.next_progress_request = Some(soon);
                     }
-                } else if g.probe_at.is_none()
-                    && !self
-                        .inflight
-                        .values()
-                        .any(|j| matches!(j, Job::ProbeMaxModRevision(_)))
-                {
+                } else if g.probe_at.is_none() && g.probe.is_none() {
                     self.probe_untrusted();
                 }
             }
@@ -428,14 +425,20 @@ impl Mirror {
         }
     }
 
-    pub(super) fn max_mod_cmd(&self) -> Command {
-        let (key, range_end) = self.keys.source_range();
-        newest_key_cmd(key, range_end)
+    /// The next page of the untrusted-progress probe in progress.
+    pub(super) fn probe_cmd(&self) -> Option<Command> {
+        let g = self.gen.as_ref()?;
+        g.probe.as_ref()?.cmd(self.cfg.sync.page_key_limit)
     }
 
+    /// Starts the probe: one snapshot of the whole source range (as the R0 count counts).
     pub(super) fn probe_untrusted(&mut self) {
-        let cmd = self.max_mod_cmd();
-        self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
+        let (start, end) = self.keys.source_range();
+        let Some(g) = &mut self.gen else { return };
+        g.probe = Some(ModScan::new(vec![Window { start, end }]));
+        if let Some(cmd) = self.probe_cmd() {
+            self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
+        }
     }
 
     /// Untrusted progress: proves the range quiet since what the watch delivered (`D`), so
@@ -450,17 +453,39 @@ impl Mirror {
     ///   `D` but read by a page would be in the target, absent from the source at `D`).
     ///
     /// Without all three, genesis waits for the watch to deliver past Rmax (or re-probes).
+    ///
+    /// The probe is one snapshot at revision `H` read in bounded pages; it proves nothing
+    /// about `D` unless `H >= D`.
     pub(super) fn on_untrusted_probe(&mut self, now: Instant, r: RangeReply) {
         self.observe_source_rev(now, r.header_revision);
-        let max_mod = r.kvs.first().map_or(0, |kv| kv.mod_revision);
+        self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
+        self.status.source_keys_returned += r.kvs.len() as u64;
+        let limit = self.cfg.sync.page_key_limit;
         let committing = self.committing();
         let Some(g) = &mut self.gen else { return };
         if g.step != GenStep::Replaying {
+            g.probe = None;
             return;
         }
+        let Some(probe) = g.probe.as_mut() else {
+            return;
+        };
+        if !probe.on_page(r, limit) {
+            if let Some(cmd) = self.probe_cmd() {
+                self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
+            }
+            return;
+        }
+        let Some(ModScan {
+            at, max_mod, count, ..
+        }) = g.probe.take()
+        else {
+            return;
+        };
         let d = self.delivered;
         if max_mod <= d
-            && g.live == Some(r.count)
+            && at >= d
+            && g.live == Some(count)
             && g.smax.is_some_and(|s| s <= d)
             && self.work.is_empty()
             && !committing
@@ -624,21 +649,6 @@ impl Mirror {
             self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
         }
     }
-}
-
-/// Reads the source key with the highest mod revision in `[key, range_end)` (its key only):
-/// what the untrusted-progress proofs compare with the delivered revision.
-pub(super) fn newest_key_cmd(key: Vec<u8>, range_end: Vec<u8>) -> Command {
-    Command::Range(RangeRequest {
-        cluster: Cluster::Source,
-        key,
-        range_end,
-        revision: 0,
-        limit: 1,
-        count_only: false,
-        keys_only: true,
-        sort: SortBy::ModRevisionDescending,
-    })
 }
 
 /// Drops the key-values of a page that lie outside `window` (a misbehaving server or proxy

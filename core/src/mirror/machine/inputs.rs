@@ -91,6 +91,22 @@ impl Mirror {
             // A source connection broke: prove the history again before the next write.
             self.history.unverify();
         }
+        if matches!(f, Failure::Compacted { .. }) {
+            // A snapshot scan's revision was compacted under it: read a newer one.
+            match job {
+                Job::ProbeMaxModRevision(_) => {
+                    if let Some(p) = self.gen.as_mut().and_then(|g| g.probe.as_mut()) {
+                        p.restart();
+                    }
+                }
+                Job::DrainTarget => {
+                    if let Some(s) = self.drain.as_mut().and_then(|d| d.scan.as_mut()) {
+                        s.restart();
+                    }
+                }
+                _ => {}
+            }
+        }
         let cmd = match self.command_for(&job) {
             Some(c) => c,
             None => return,
@@ -136,11 +152,11 @@ impl Mirror {
             Job::CheckEmpty => self.check_empty_cmd(),
             Job::ReadR0(_) => self.r0_cmd(),
             Job::ScanPage(_) => self.scan_cmd()?,
-            Job::ProbeMaxModRevision(_) => self.max_mod_cmd(),
+            Job::ProbeMaxModRevision(_) => self.probe_cmd()?,
             Job::SweepPage(_) => self.sweep_cmd()?,
             Job::ResolveUnknown(_) | Job::ResolveChain(_) => self.fence_read_cmd(),
             Job::PassSource(_) | Job::PassTarget(_) => self.pass_command(job)?,
-            Job::DrainTarget => self.drain_target_cmd(),
+            Job::DrainTarget => self.drain_target_cmd()?,
             Job::WatchGuard { watch_id, from } | Job::WatchRecheck { watch_id, from } => {
                 if self.watch != Some(*watch_id) {
                     return None;

@@ -18,6 +18,7 @@ mod drain;
 mod genesis;
 mod history;
 mod inputs;
+mod modscan;
 mod pipeline;
 mod plumbing;
 mod reconcile;
@@ -45,6 +46,7 @@ use crate::rng::Rng;
 use crate::time::Instant;
 use drain::DrainState;
 use history::History;
+use modscan::ModScan;
 use pipeline::{Break, Link};
 use reconcile::{Pass, PassPurpose};
 
@@ -241,6 +243,8 @@ struct Genesis {
     /// When the scan reader last stopped for the read-ahead cap (the writer is behind).
     stalled_since: Option<Instant>,
     probe_at: Option<Instant>,
+    /// The untrusted-progress probe in progress.
+    probe: Option<ModScan>,
     leased: u64,
 }
 

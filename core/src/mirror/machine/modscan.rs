@@ -1,0 +1,105 @@
+//! The newest mod revision and the key count of a set of source windows, read as one
+//! pinned snapshot in bounded keys-only pages.
+//!
+//! A source whose progress notifications cannot be trusted (etcd before 3.4.31/3.5.13) is
+//! asked this to prove a genesis's replay caught up, and a drain asks it for its target.
+//! One Range sorted by mod revision would answer it, but etcd then reads every key and
+//! every value of the range in one request. Pages bounded by the pager cost one page each,
+//! and pinning them at the first page's revision makes them one snapshot. See
+//! docs/design.md, "Bounded scans".
+
+use super::*;
+use crate::mirror::keys::Window;
+
+/// One snapshot scan in progress.
+#[derive(Debug, Clone)]
+pub(super) struct ModScan {
+    windows: Vec<Window>,
+    /// The revision every page after the first is pinned at (0 until the first answers).
+    pub(super) at: i64,
+    window: usize,
+    cursor: Vec<u8>,
+    pager: Pager,
+    /// The newest mod revision and the number of keys seen so far.
+    pub(super) max_mod: i64,
+    pub(super) count: i64,
+}
+
+impl ModScan {
+    pub(super) fn new(windows: Vec<Window>) -> ModScan {
+        ModScan {
+            windows,
+            at: 0,
+            window: 0,
+            cursor: Vec::new(),
+            pager: Pager::default(),
+            max_mod: 0,
+            count: 0,
+        }
+    }
+
+    /// Starts over, for a snapshot compacted away under the scan.
+    pub(super) fn restart(&mut self) {
+        *self = ModScan::new(std::mem::take(&mut self.windows));
+    }
+
+    /// The next page read, or `None` once every window is read.
+    pub(super) fn cmd(&self, limit: u32) -> Option<Command> {
+        let w = self.windows.get(self.window)?;
+        let key = if self.cursor > w.start {
+            self.cursor.clone()
+        } else {
+            w.start.clone()
+        };
+        let range_end = self.pager.bound(w, &key);
+        Some(Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key,
+            range_end,
+            revision: self.at,
+            limit: i64::from(limit),
+            count_only: false,
+            keys_only: true,
+            sort: SortBy::Key,
+        }))
+    }
+
+    /// Takes one page; true once every window is read.
+    pub(super) fn on_page(&mut self, mut r: RangeReply, limit: u32) -> bool {
+        let Some(w) = self.windows.get(self.window).cloned() else {
+            return true;
+        };
+        if self.at == 0 {
+            self.at = r.header_revision;
+        }
+        let listed = super::genesis::keep_inside(&mut r.kvs, Some(&w));
+        let from = if self.cursor > w.start {
+            self.cursor.clone()
+        } else {
+            w.start.clone()
+        };
+        let bound = self.pager.bound(&w, &from);
+        // Keys at or past the bound belong to the next page (a server that ignored it).
+        r.kvs.retain(|kv| before_end(&kv.key, &bound));
+        for kv in &r.kvs {
+            self.max_mod = self.max_mod.max(kv.mod_revision);
+        }
+        self.count += r.kvs.len() as i64;
+        let reply = PageReply {
+            last: r.kvs.last().map(|kv| kv.key.as_slice()),
+            returned: r.kvs.len(),
+            more: r.more || (r.kvs.is_empty() && listed),
+            count: r.count,
+            limit,
+        };
+        match self.pager.advance(&w, &from, &bound, reply) {
+            pager::Next::From(c) => self.cursor = c,
+            pager::Next::Done => {
+                self.window += 1;
+                self.cursor = Vec::new();
+                self.pager.reset();
+            }
+        }
+        self.window >= self.windows.len()
+    }
+}
