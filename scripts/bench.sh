@@ -22,9 +22,9 @@
 #   N=20000 N_WAN=20000 LAT_SECONDS=3 LAG_SECONDS=5 MM_SECONDS=3 TAIL_RATE=5000 bash scripts/bench.sh
 #   SYNC_EXTRA='pageKeyLimit: 10000, pageBytes: 4194304' bash scripts/bench.sh   # more sync settings
 #
-# Note: etcd 3.4/3.5 count the whole remaining range on every limited Range, so a scan
-# with small pages is quadratic in the range size; sync.pageKeyLimit matters at 1M keys.
-# 5M keys fit the targets' --quota-backend-bytes (8 GiB) below.
+# The mirror reads bounded pages (etcd walks the whole requested range of a limited Range),
+# so sourceKeysWalked / sourceKeysReturned stays a small constant; see docs/design.md,
+# "Bounded scans". 5M keys fit the targets' --quota-backend-bytes (8 GiB) below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -32,7 +32,7 @@ ROOT="$PWD"
 N="${N:-1000000}"
 VALUE_BYTES="${VALUE_BYTES:-256}"
 OPS="${OPS:-127}"          # puts per Txn; the mirror's Txns carry 127 ops + the fence put
-DEPTH="${DEPTH:-8}"        # Txns in flight for the depth-matched raw ceiling
+DEPTH="${DEPTH:-16}"       # Txns in flight for the raw ceiling; the mirror's sync.maxTxnsInFlight default
 RATE="${RATE:-5000}"       # single-key tail writes/s
 TAIL_RATE="${TAIL_RATE:-20000}"  # keys/s of the batched tail (local and WAN)
 TAIL_OPS="${TAIL_OPS:-100}"      # puts per source Txn in the batched tail
