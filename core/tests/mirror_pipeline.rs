@@ -96,23 +96,55 @@ fn a_lost_reply_is_proven_applied_by_a_later_success() {
 }
 
 #[test]
-fn a_txn_that_overtook_its_predecessor_is_sent_again_on_top_of_it() {
+fn a_txn_that_arrived_before_its_predecessor_is_sent_again_as_it_was() {
     let (mut h, w) = tailing(4, 33);
     let base = h.applied_fence.clone();
     let (a, b) = two_in_flight(&mut h, w);
     // b reached the server first: its compare failed against the durable record.
     h.done(b.0, Ok(compare_failed(&base, 29)));
-    assert!(h.drain().is_empty(), "waits for a");
+    // The same Txn again, at once: the chain holds (nothing after b needs rebuilding).
+    let (b2, again) = one(h.drain());
+    assert_eq!(again, b.1, "sent again unchanged");
+    assert_eq!(h.m.status().chain_reorders, 1);
     h.done(a.0, Ok(txn_ok(30)));
     assert_eq!(h.m.status().last_applied_revision, 101);
+    h.done(b2, Ok(txn_ok(31)));
+    assert_eq!(h.m.status().last_applied_revision, 102);
+    assert_eq!(h.m.status().chain_breaks, 0);
+}
+
+#[test]
+fn a_failed_predecessor_breaks_the_chain_and_its_successors_are_rebuilt_on_the_fence() {
+    let (mut h, w) = tailing(4, 38);
+    let (a, b) = two_in_flight(&mut h, w);
+    // a fails for good (the target refused it for now); b, built on a, cannot apply.
+    h.done(
+        a.0,
+        Err(Failure::Throttled {
+            message: "too many requests".into(),
+        }),
+    );
+    let base = h.applied_fence.clone();
+    h.done(b.0, Ok(compare_failed(&base, 29)));
     assert_eq!(h.m.status().chain_breaks, 1);
-    // b's work again, now on top of a, with a new record; nothing read from the source.
-    let (_, again) = one(h.drain());
-    assert_eq!(data_ops(&again), data_ops(&b.1));
-    assert_eq!(compare_bytes(&again), fence_of(&a.1).encode());
-    let (rb, ra) = (fence_of(&b.1), fence_of(&again));
-    assert!(ra.seq > rb.seq, "a record is never written twice");
-    assert_eq!(ra.watermark, 102);
+    assert_eq!(h.m.status().last_applied_revision, 100);
+    // After the throttle's backoff: a's work, then b's, each on the record before it.
+    let mut sent = Vec::new();
+    for _ in 0..10 {
+        h.advance(Duration::from_secs(10));
+        for (id, cmd) in h.drain() {
+            if matches!(cmd, Command::Txn(_)) {
+                sent.push(cmd.clone());
+                h.done(id, Ok(txn_ok(40 + sent.len() as i64)));
+            }
+        }
+    }
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert_eq!(data_ops(&sent[0]), data_ops(&a.1));
+    assert_eq!(compare_bytes(&sent[0]), base);
+    assert_eq!(data_ops(&sent[1]), data_ops(&b.1));
+    assert_eq!(compare_bytes(&sent[1]), fence_of(&sent[0]).encode());
+    assert_eq!(h.m.status().last_applied_revision, 102);
 }
 
 #[test]

@@ -201,6 +201,9 @@ pub struct Status {
     /// Times a chain of pipelined Txns broke (a Txn failed with later ones in flight) and
     /// the mirror resumed from the fence.
     pub chain_breaks: u64,
+    /// Pipelined Txns that reached the target before their predecessor and were sent
+    /// again (the chain held).
+    pub chain_reorders: u64,
     /// Txns in flight now, and the smoothed commit round trip.
     pub txns_in_flight: u64,
     pub commit_rtt_seconds: f64,

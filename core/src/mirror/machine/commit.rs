@@ -130,12 +130,18 @@ impl Mirror {
             reply: None,
         });
         self.chain_tip = Some((record.clone(), bytes.clone()));
+        let prev = match &txn.compares[0] {
+            c if c.target == CompareTarget::Value => c.bytes.clone(),
+            _ => Vec::new(),
+        };
         self.issue(
             Job::Commit(Box::new(Commit {
                 work,
                 record,
                 bytes,
+                prev,
                 sent: now,
+                resends: 0,
             })),
             Command::Txn(txn),
         );

@@ -132,8 +132,12 @@ struct Commit {
     work: Work,
     record: Checkpoint,
     bytes: Vec<u8>,
+    /// The record it builds on (what its compare expects); empty for a claim.
+    prev: Vec<u8>,
     /// When it was sent (for the commit round trip).
     sent: Instant,
+    /// Times it was sent again after arriving before its predecessor.
+    resends: u32,
 }
 
 /// One unit of target work.

@@ -42,6 +42,9 @@ pub(super) struct Break {
     pub(super) seen: Option<KeyValue>,
 }
 
+/// Times one Txn is sent again for arriving before its predecessor; past it, the chain
+/// breaks (a predecessor that never applies would otherwise be waited for forever).
+const MAX_RESENDS: u32 = 64;
 /// The largest chain, whatever the round trip.
 pub(super) const MAX_DEPTH: usize = 64;
 /// What one Txn is assumed to cost the target: the depth that keeps a target busy across
@@ -123,8 +126,24 @@ impl Mirror {
             return;
         }
         let seq = c.record.seq;
-        let Some(link) = self.chain.iter_mut().find(|l| l.seq == seq) else {
+        if !self.chain.iter().any(|l| l.seq == seq) {
             // A Txn of a chain given up (a takeover, a park): its outcome is the fence's.
+            return;
+        }
+        if let Ok(t) = &reply {
+            if self.broken.is_none() && c.resends < MAX_RESENDS && self.arrived_early(&c, t) {
+                // etcd ran it before its predecessor (concurrent requests are not ordered):
+                // it did not apply, and it is sent again as it was, so the Txns after it,
+                // built on its record, stay valid.
+                self.status.chain_reorders += 1;
+                let txn = self.fenced_txn(&c);
+                let mut c = c;
+                c.resends += 1;
+                self.issue(Job::Commit(Box::new(c)), Command::Txn(txn));
+                return;
+            }
+        }
+        let Some(link) = self.chain.iter_mut().find(|l| l.seq == seq) else {
             return;
         };
         if reply.is_ok() {
@@ -247,7 +266,12 @@ impl Mirror {
 
     /// Every Txn of a broken chain has resolved: find how far it got, then go on.
     fn after_break(&mut self, now: Instant, b: Break) {
-        self.depth = 1;
+        // A failure starts the depth over; a chain that only broke on order keeps half.
+        self.depth = if b.cause.is_none() {
+            (self.depth / 2).max(1)
+        } else {
+            1
+        };
         if b.unknown {
             self.resolving = true;
             let cmd = self.fence_read_cmd();
@@ -259,6 +283,37 @@ impl Mirror {
                 self.settle_break(now, b, Some(kv))
             }
             _ => self.redo_after_break(now, b),
+        }
+    }
+
+    /// Whether a failed compare saw a record of ours older than the one the Txn builds on:
+    /// its predecessor has not applied yet (it is still in flight).
+    fn arrived_early(&self, c: &Commit, t: &TxnReply) -> bool {
+        if t.succeeded {
+            return false;
+        }
+        let Some(Some(kv)) = t.reads.first() else {
+            return false;
+        };
+        let (Ok(cur), Ok(prev)) = (Checkpoint::decode(&kv.value), Checkpoint::decode(&c.prev))
+        else {
+            return false;
+        };
+        cur.holder == c.record.holder && cur.epoch == c.record.epoch && cur.seq < prev.seq
+    }
+
+    /// The Txn of a chained commit, as it was first sent.
+    fn fenced_txn(&self, c: &Commit) -> TxnRequest {
+        let ck = self.keys.checkpoint_key().to_vec();
+        let mut success = c.work.ops().to_vec();
+        success.push(TxnOp::Put {
+            key: ck.clone(),
+            value: c.bytes.clone(),
+        });
+        TxnRequest {
+            compares: vec![Compare::value_is(ck.clone(), c.prev.clone())],
+            success,
+            failure: vec![TxnOp::Get { key: ck }],
         }
     }
 
