@@ -13,7 +13,8 @@
 #       (WAN_RAW_N keys), a genesis of N_WAN keys through it, and the tail at TAIL_RATE
 #       keys/s in TAIL_OPS-op Txns (lag observed on the target directly)
 # For every mirror run it also reports, from the agent's /statusz when present,
-# sourceKeysWalked / sourceKeysReturned, chainBreaks and readerStallSeconds ("n/a" if absent).
+# sourceKeysWalked / sourceKeysReturned, chainBreaks, chainReorders (Txns sent again for
+# arriving before their predecessor), appliedTxns and readerStallSeconds ("n/a" if absent).
 # Prints tables and writes JSON (default target/bench.json, or $OUT). Exits 1 (after
 # printing) when a mirror's target did not verify equal to its source.
 #
@@ -205,7 +206,7 @@ f2() { if num "${1:-}"; then printf '%.2f' "$1"; else printf null; fi; }
 t0() { if num "${1:-}"; then printf '%.0f' "$1"; else printf 'n/a'; fi; }
 t2() { if num "${1:-}"; then printf '%.2f' "$1"; else printf 'n/a'; fi; }
 
-STATUS_FIELDS=(sourceKeysWalked sourceKeysReturned chainBreaks readerStallSeconds)
+STATUS_FIELDS=(sourceKeysWalked sourceKeysReturned chainBreaks chainReorders appliedTxns readerStallSeconds)
 
 # collect_mirror TAG: the agent's /statusz fields and peak RSS, into TAG_<field> variables,
 # then stops the agent.
