@@ -33,7 +33,7 @@ ROOT="$PWD"
 N="${N:-1000000}"
 VALUE_BYTES="${VALUE_BYTES:-256}"
 OPS="${OPS:-127}"          # puts per Txn; the mirror's Txns carry 127 ops + the fence put
-DEPTH="${DEPTH:-16}"       # Txns in flight for the raw ceiling; the mirror's sync.maxTxnsInFlight default
+DEPTH="${DEPTH:-16}"       # Txns in flight for the second raw ceiling (SYNC_EXTRA='maxTxnsInFlight: 16' to match)
 RATE="${RATE:-5000}"       # single-key tail writes/s
 TAIL_RATE="${TAIL_RATE:-20000}"  # keys/s of the batched tail (local and WAN)
 TAIL_OPS="${TAIL_OPS:-100}"      # puts per source Txn in the batched tail

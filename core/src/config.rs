@@ -178,7 +178,9 @@ pub struct SyncSpec {
     #[serde(default = "default_txn_flush_bytes")]
     pub txn_flush_bytes: u64,
     /// Most fenced Txns in flight at once (scan and tail writes; each builds on the one
-    /// before it). 1 sends one Txn per round trip; more keeps a distant target busy.
+    /// before it). 1 sends one Txn per round trip. More helps a distant target, but etcd
+    /// runs concurrent requests in no useful order and early Txns are sent again, which
+    /// makes a nearby target slower: measured in README "Benchmarks".
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 64)))]
     #[serde(default = "default_max_txns_in_flight")]
     pub max_txns_in_flight: u32,
@@ -325,7 +327,7 @@ fn default_txn_flush_bytes() -> u64 {
     1 << 20
 }
 fn default_max_txns_in_flight() -> u32 {
-    16
+    1
 }
 fn default_page_key_limit() -> u32 {
     // etcd 3.4/3.5 count the rest of the range on every limited read, so small pages make a

@@ -36,6 +36,9 @@ pub fn config_for(o: &Options, variant: u32) -> MirrorConfig {
     c.sync.dest_prefix = o.dest_prefix.clone();
     c.sync.exclude_prefixes = o.exclude_prefixes.clone();
     c.initial_sync.mode = o.initial_mode;
+    // Chains of Txns in flight, which the default (1) does not use: the simulator reorders
+    // every concurrent Txn, so it checks what the chain must survive.
+    c.sync.max_txns_in_flight = 16;
     match variant % 6 {
         0 => {}
         1 => {

@@ -301,6 +301,8 @@ impl Harness {
         cfg.target.endpoint_list = vec!["http://target:2379".into()];
         cfg.sync.exclude_prefixes = vec![EXCLUDE.into()];
         cfg.sync.max_txn_ops = max_txn_ops;
+        // Chains of Txns in flight (not the default), with failures injected among them.
+        cfg.sync.max_txns_in_flight = 16;
         cfg.sync.page_key_limit = 2;
         cfg.sync.page_bytes = 1024;
         if prune {

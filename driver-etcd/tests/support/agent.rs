@@ -24,6 +24,8 @@ pub fn config(src: &Etcd, sp: &str, tgt: &Etcd, tp: &str) -> MirrorConfig {
     c.sync.reconnect_backoff.max_delay = Duration::from_secs(1);
     c.sync.progress_interval = Duration::from_secs(1);
     c.sync.quota_probe_interval = Duration::from_secs(1);
+    // Real etcd reorders concurrent Txns: the chain (and its resends) runs in every test.
+    c.sync.max_txns_in_flight = 16;
     c
 }
 
