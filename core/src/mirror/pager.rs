@@ -14,6 +14,7 @@
 //! map to one point, and the span then grows until the bound moves past them.
 
 use super::keys::{before_end, Window};
+use crate::etcd::KeyValue;
 
 /// Span of the first page of a window, in points: small, so the first request of an
 /// unknown key distribution walks little; empty pages grow it fast.
@@ -60,7 +61,44 @@ pub struct PageReply<'a> {
     pub limit: u32,
 }
 
+impl PageReply<'_> {
+    /// What a page reply of `kvs` (already cut to the window) says. `listed` is whether
+    /// the server listed any key at all: keys outside the window only is no progress, so
+    /// the page is read again, narrower.
+    pub fn of(kvs: &[KeyValue], more: bool, count: i64, listed: bool, limit: u32) -> PageReply<'_> {
+        PageReply {
+            last: kvs.last().map(|kv| kv.key.as_slice()),
+            returned: kvs.len(),
+            more: more || (kvs.is_empty() && listed),
+            count,
+            limit,
+        }
+    }
+}
+
+/// Where the page at `cursor` starts: the window's start before the first page.
+pub fn page_start(window: &Window, cursor: &[u8]) -> Vec<u8> {
+    if cursor > window.start.as_slice() {
+        cursor.to_vec()
+    } else {
+        window.start.clone()
+    }
+}
+
 impl Pager {
+    /// The `[key, range_end)` of the page at `cursor` in `window`.
+    pub fn page(&self, window: &Window, cursor: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let key = page_start(window, cursor);
+        let end = self.bound(window, &key);
+        (key, end)
+    }
+
+    /// [`Pager::advance`] for the page [`Pager::page`] asked for at `cursor`.
+    pub fn advance_page(&mut self, window: &Window, cursor: &[u8], reply: PageReply<'_>) -> Next {
+        let (from, bound) = self.page(window, cursor);
+        self.advance(window, &from, &bound, reply)
+    }
+
     /// Forgets the density learned, for a new window.
     pub fn reset(&mut self) {
         self.span = 0;

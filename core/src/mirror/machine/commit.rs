@@ -359,13 +359,7 @@ impl Mirror {
                 self.issue(Job::ResolveUnknown(Box::new(c)), cmd);
             }
             Failure::Throttled { message } => {
-                self.status.set_condition(
-                    now,
-                    C::TargetThrottled,
-                    true,
-                    "TooManyRequests",
-                    message,
-                );
+                self.note_throttled(now, message);
                 self.requeue_after_failure(now, c, true);
             }
             // The failed work is dropped: unparking resumes from the durable record.
@@ -496,6 +490,12 @@ impl Mirror {
             self.stage = Stage::Fencing;
             self.resume_from_record(now);
         }
+    }
+
+    /// The target asked us to slow down (`TargetThrottled`).
+    pub(super) fn note_throttled(&mut self, now: Instant, message: String) {
+        self.status
+            .set_condition(now, C::TargetThrottled, true, "TooManyRequests", message);
     }
 
     pub(super) fn requeue_after_failure(&mut self, now: Instant, c: Commit, throttled: bool) {

@@ -196,12 +196,7 @@ impl Mirror {
         let g = self.gen.as_ref()?;
         let windows = self.keys.source_windows();
         let w = windows.get(g.window)?;
-        let key = if g.read_cursor > w.start {
-            g.read_cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let range_end = g.scan_pager.bound(w, &key);
+        let (key, range_end) = g.scan_pager.page(w, &g.read_cursor);
         Some(Command::Range(RangeRequest {
             cluster: Cluster::Source,
             key,
@@ -279,19 +274,7 @@ impl Mirror {
         let Some(w) = windows.get(g.window) else {
             return;
         };
-        let from = if g.read_cursor > w.start {
-            g.read_cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let bound = g.scan_pager.bound(w, &from);
-        let reply = PageReply {
-            last: last_key.as_deref(),
-            returned: r.kvs.len(),
-            more: r.more,
-            count: r.count,
-            limit: g.page_limit,
-        };
+        let reply = PageReply::of(&r.kvs, r.more, r.count, false, g.page_limit);
         self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
         self.status.source_keys_returned += r.kvs.len() as u64;
         // Adapt the page to the byte budget (the pager aims each bound at the limit).
@@ -300,7 +283,7 @@ impl Mirror {
         } else if page_bytes < budget / 2 && r.kvs.len() * 2 >= g.page_limit as usize {
             g.page_limit = g.page_limit.saturating_mul(2).min(max_limit);
         }
-        let (cursor_after, scanned) = match g.scan_pager.advance(w, &from, &bound, reply) {
+        let (cursor_after, scanned) = match g.scan_pager.advance_page(w, &g.read_cursor, reply) {
             pager::Next::From(c) => (c, false),
             pager::Next::Done => {
                 g.window += 1;
@@ -527,12 +510,7 @@ impl Mirror {
         let g = self.gen.as_ref()?;
         let windows = self.keys.target_windows();
         let w = windows.get(g.sweep_window)?;
-        let key = if g.sweep_cursor > w.start {
-            g.sweep_cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let range_end = g.sweep_pager.bound(w, &key);
+        let (key, range_end) = g.sweep_pager.page(w, &g.sweep_cursor);
         Some(Command::Range(RangeRequest {
             cluster: Cluster::Target,
             key,
@@ -596,21 +574,8 @@ impl Mirror {
         let limit = self.cfg.sync.page_key_limit;
         let Some(g) = &mut self.gen else { return };
         let Some(w) = window else { return };
-        let from = if g.sweep_cursor > w.start {
-            g.sweep_cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let bound = g.sweep_pager.bound(&w, &from);
-        let reply = PageReply {
-            last: r.kvs.last().map(|kv| kv.key.as_slice()),
-            returned: r.kvs.len(),
-            // Only keys outside the window: no progress, read the page again (narrower).
-            more: r.more || (r.kvs.is_empty() && listed),
-            count: r.count,
-            limit,
-        };
-        match g.sweep_pager.advance(&w, &from, &bound, reply) {
+        let reply = PageReply::of(&r.kvs, r.more, r.count, listed, limit);
+        match g.sweep_pager.advance_page(&w, &g.sweep_cursor, reply) {
             pager::Next::From(c) => g.sweep_cursor = c,
             pager::Next::Done => {
                 g.sweep_window += 1;

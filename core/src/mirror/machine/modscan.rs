@@ -46,12 +46,7 @@ impl ModScan {
     /// The next page read, or `None` once every window is read.
     pub(super) fn cmd(&self, limit: u32) -> Option<Command> {
         let w = self.windows.get(self.window)?;
-        let key = if self.cursor > w.start {
-            self.cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let range_end = self.pager.bound(w, &key);
+        let (key, range_end) = self.pager.page(w, &self.cursor);
         Some(Command::Range(RangeRequest {
             cluster: Cluster::Source,
             key,
@@ -73,25 +68,14 @@ impl ModScan {
             self.at = r.header_revision;
         }
         let listed = super::genesis::keep_inside(&mut r.kvs, Some(&w));
-        let from = if self.cursor > w.start {
-            self.cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let bound = self.pager.bound(&w, &from);
+        let (from, bound) = self.pager.page(&w, &self.cursor);
         // Keys at or past the bound belong to the next page (a server that ignored it).
         r.kvs.retain(|kv| before_end(&kv.key, &bound));
         for kv in &r.kvs {
             self.max_mod = self.max_mod.max(kv.mod_revision);
         }
         self.count += r.kvs.len() as i64;
-        let reply = PageReply {
-            last: r.kvs.last().map(|kv| kv.key.as_slice()),
-            returned: r.kvs.len(),
-            more: r.more || (r.kvs.is_empty() && listed),
-            count: r.count,
-            limit,
-        };
+        let reply = PageReply::of(&r.kvs, r.more, r.count, listed, limit);
         match self.pager.advance(&w, &from, &bound, reply) {
             pager::Next::From(c) => self.cursor = c,
             pager::Next::Done => {

@@ -328,14 +328,7 @@ impl Mirror {
     /// Whether a failed compare saw a record older than the one the Txn builds on: it
     /// reached the server before its predecessor applied.
     fn overtook(&self, c: &Commit, reply: &Result<TxnReply, Failure>) -> bool {
-        let Ok(t) = reply else { return false };
-        if t.succeeded || matches!(c.work, Work::Claim) {
-            return false;
-        }
-        let Some(Some(kv)) = t.reads.first() else {
-            return false;
-        };
-        kv.value != c.bytes && self.older_own(&kv.value) && c.record.seq > 0
+        reply.as_ref().is_ok_and(|t| self.arrived_early(c, t))
     }
 
     /// The fence read after a break with unknown outcomes.
@@ -408,13 +401,7 @@ impl Mirror {
         }
         match b.cause {
             Some(Failure::Throttled { message }) => {
-                self.status.set_condition(
-                    now,
-                    C::TargetThrottled,
-                    true,
-                    "TooManyRequests",
-                    message,
-                );
+                self.note_throttled(now, message);
                 self.hold_until = Some(now + self.throttle.next_delay(&mut self.rng));
             }
             Some(_) => self.hold_until = Some(now + self.backoff.next_delay(&mut self.rng)),

@@ -99,12 +99,7 @@ impl Mirror {
         };
         let w = windows.get(p.window)?;
         let side = if source { &p.src } else { &p.tgt };
-        let key = if side.cursor > w.start {
-            side.cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let range_end = side.pager.bound(w, &key);
+        let (key, range_end) = side.pager.page(w, &side.cursor);
         Some(Command::Range(RangeRequest {
             cluster: if source {
                 Cluster::Source
@@ -152,21 +147,8 @@ impl Mirror {
         let Some(w) = window else { return };
         let side = if source { &mut p.src } else { &mut p.tgt };
         side.reading = false;
-        let from = if side.cursor > w.start {
-            side.cursor.clone()
-        } else {
-            w.start.clone()
-        };
-        let bound = side.pager.bound(&w, &from);
-        let reply = PageReply {
-            last: r.kvs.last().map(|kv| kv.key.as_slice()),
-            returned: r.kvs.len(),
-            // Only keys outside the window: no progress, read the page again (narrower).
-            more: r.more || (r.kvs.is_empty() && listed),
-            count: r.count,
-            limit,
-        };
-        match side.pager.advance(&w, &from, &bound, reply) {
+        let reply = PageReply::of(&r.kvs, r.more, r.count, listed, limit);
+        match side.pager.advance_page(&w, &side.cursor, reply) {
             pager::Next::From(c) => side.cursor = c,
             pager::Next::Done => side.done = true,
         }
