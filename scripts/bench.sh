@@ -143,7 +143,7 @@ sync: {maxTxnOps: $((OPS + 1)), progressInterval: 1s${SYNC_EXTRA:+, $SYNC_EXTRA}
 EOF
   ADMIN="127.0.0.1:$(free_port)"
   T0="$(date +%s.%N)"
-  "$MIRROR" run -c "$WORK/$tag.yaml" --admin-addr "$ADMIN" --no-progress --log-format json \
+  "$MIRROR" run -c "$WORK/$tag.yaml" --admin-addr "$ADMIN" --control-socket "$WORK/$tag.sock" --no-progress --log-format json \
     2>"$WORK/agent-$tag.log" &
   AGENT=$!
   PIDS+=("$AGENT")

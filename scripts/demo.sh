@@ -123,7 +123,7 @@ workload() {
 
 run_agent() { # tag
   # stderr stays the terminal, so genesis draws its progress line there.
-  "$BIN" run -c "$WORK/mirror.yaml" --admin-addr "127.0.0.1:$ADMIN_PORT" &
+  "$BIN" run -c "$WORK/mirror.yaml" --admin-addr "127.0.0.1:$ADMIN_PORT" --control-socket "$WORK/control.sock" &
   AGENT=$!
   PIDS+=("$AGENT")
 }

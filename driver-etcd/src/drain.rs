@@ -1,5 +1,5 @@
 //! The operator side of a cut-over (`tidemark-mirror drain`): ask a running agent to drain
-//! over its admin server, then follow `/statusz` until the cut-over record is published.
+//! over its control listener, then follow `/statusz` until the cut-over record is published.
 //!
 //! A plain HTTP/1.0 exchange is all the admin server needs, so no HTTP client crate is
 //! pulled in for it.
@@ -12,8 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// Why a drain did not end in a published cut-over.
 #[derive(Debug, thiserror::Error)]
 pub enum DrainError {
-    /// The admin server could not be reached or answered garbage.
-    #[error("admin server {addr}: {message}")]
+    /// The control listener could not be reached or answered garbage.
+    #[error("agent control server {addr}: {message} (is the agent running with this --control-addr or --control-socket?)")]
     Admin { addr: String, message: String },
     /// The agent refused the drain request.
     #[error("the agent refused the drain (HTTP {code}): {body}")]
@@ -34,52 +34,133 @@ pub enum DrainError {
     },
 }
 
-/// One request; returns (status code, body).
-async fn request(addr: &str, method: &str, path: &str) -> Result<(u16, String), DrainError> {
-    let err = |m: String| DrainError::Admin {
-        addr: addr.to_string(),
-        message: m,
-    };
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr)
-            .await
-            .map_err(|e| err(format!("cannot connect: {e}")))?;
-        let req = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n");
-        s.write_all(req.as_bytes())
-            .await
-            .map_err(|e| err(format!("write: {e}")))?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf)
-            .await
-            .map_err(|e| err(format!("read: {e}")))?;
-        let text = String::from_utf8_lossy(&buf).into_owned();
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| err("malformed HTTP response".into()))?;
-        let code = head
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| err("malformed HTTP status line".into()))?;
-        Ok::<_, DrainError>((code, body.to_string()))
-    };
-    tokio::time::timeout(Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| err("no answer within 10s".into()))?
+/// How to reach a running agent's control listener (`run --control-addr`,
+/// `--control-socket`, `--control-token-file`).
+#[derive(Debug, Clone)]
+pub struct ControlClient {
+    target: ControlTarget,
+    token: Option<String>,
 }
 
-async fn statusz(addr: &str) -> Result<Value, DrainError> {
-    let (code, body) = request(addr, "GET", "/statusz").await?;
-    if code != 200 {
-        return Err(DrainError::Admin {
-            addr: addr.into(),
-            message: format!("/statusz answered HTTP {code}"),
-        });
+#[derive(Debug, Clone)]
+enum ControlTarget {
+    Tcp(String),
+    Unix(std::path::PathBuf),
+}
+
+impl ControlClient {
+    /// A client for a TCP control address (`HOST:PORT`).
+    pub fn tcp(addr: &str) -> Self {
+        ControlClient {
+            target: ControlTarget::Tcp(addr.to_owned()),
+            token: None,
+        }
     }
-    serde_json::from_str(&body).map_err(|e| DrainError::Admin {
-        addr: addr.into(),
-        message: format!("/statusz is not JSON: {e}"),
-    })
+
+    /// A client for a control Unix socket.
+    pub fn unix(path: &std::path::Path) -> Self {
+        ControlClient {
+            target: ControlTarget::Unix(path.to_owned()),
+            token: None,
+        }
+    }
+
+    /// Sends `Authorization: Bearer <token>`, read from `file` (surrounding whitespace
+    /// ignored), as the agent's `--control-token-file` requires.
+    pub fn with_token_file(mut self, file: &std::path::Path) -> Result<Self, DrainError> {
+        let raw = std::fs::read_to_string(file).map_err(|e| DrainError::Admin {
+            addr: self.to_string(),
+            message: format!("cannot read --control-token-file {}: {e}", file.display()),
+        })?;
+        self.token = Some(raw.trim().to_owned());
+        Ok(self)
+    }
+
+    /// One request; returns (status code, body).
+    async fn request(&self, method: &str, path: &str) -> Result<(u16, String), DrainError> {
+        let err = |m: String| DrainError::Admin {
+            addr: self.to_string(),
+            message: m,
+        };
+        let body = if method == "POST" { "{}" } else { "" };
+        let host = match &self.target {
+            ControlTarget::Tcp(a) => a.as_str(),
+            ControlTarget::Unix(_) => "localhost",
+        };
+        let mut req = format!(
+            "{method} {path} HTTP/1.0\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(t) = &self.token {
+            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        let exchange = async {
+            let buf = match &self.target {
+                ControlTarget::Tcp(a) => {
+                    let s = tokio::net::TcpStream::connect(a)
+                        .await
+                        .map_err(|e| err(format!("cannot connect: {e}")))?;
+                    roundtrip(s, &req).await
+                }
+                ControlTarget::Unix(p) => {
+                    let s = tokio::net::UnixStream::connect(p)
+                        .await
+                        .map_err(|e| err(format!("cannot connect: {e}")))?;
+                    roundtrip(s, &req).await
+                }
+            }
+            .map_err(|e| err(format!("exchange: {e}")))?;
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            let (head, body) = text
+                .split_once("\r\n\r\n")
+                .ok_or_else(|| err("malformed HTTP response".into()))?;
+            let code = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .ok_or_else(|| err("malformed HTTP status line".into()))?;
+            Ok::<_, DrainError>((code, body.to_string()))
+        };
+        tokio::time::timeout(Duration::from_secs(10), exchange)
+            .await
+            .map_err(|_| err("no answer within 10s".into()))?
+    }
+
+    async fn statusz(&self) -> Result<Value, DrainError> {
+        let (code, body) = self.request("GET", "/statusz").await?;
+        if code != 200 {
+            return Err(DrainError::Admin {
+                addr: self.to_string(),
+                message: format!("/statusz answered HTTP {code}"),
+            });
+        }
+        serde_json::from_str(&body).map_err(|e| DrainError::Admin {
+            addr: self.to_string(),
+            message: format!("/statusz is not JSON: {e}"),
+        })
+    }
+}
+
+impl std::fmt::Display for ControlClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.target {
+            ControlTarget::Tcp(a) => f.write_str(a),
+            ControlTarget::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+async fn roundtrip<S>(mut s: S, req: &str) -> std::io::Result<Vec<u8>>
+where
+    S: AsyncReadExt + AsyncWriteExt + Unpin,
+{
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    Ok(buf)
 }
 
 /// The cut-over record, once it is published with `CutoverReady`.
@@ -133,16 +214,20 @@ impl Line {
     }
 }
 
-/// Requests a drain from the agent at `addr` and waits up to `timeout` for the cut-over;
-/// returns the published `status.cutover` record.
-pub async fn drain(addr: &str, timeout: Duration, progress: bool) -> Result<Value, DrainError> {
+/// Requests a drain from the agent behind `client` and waits up to `timeout` for the
+/// cut-over; returns the published `status.cutover` record.
+pub async fn drain(
+    client: &ControlClient,
+    timeout: Duration,
+    progress: bool,
+) -> Result<Value, DrainError> {
     let t0 = Instant::now();
-    let first = statusz(addr).await?;
+    let first = client.statusz().await?;
     if let Some(c) = cutover(&first) {
         // Idempotent: an agent that already cut over (and is still serving) answers at once.
         return Ok(c);
     }
-    let (code, body) = request(addr, "POST", "/v1/drain").await?;
+    let (code, body) = client.request("POST", "/v1/drain").await?;
     if code != 200 {
         return Err(DrainError::Refused {
             code,
@@ -157,7 +242,7 @@ pub async fn drain(addr: &str, timeout: Duration, progress: bool) -> Result<Valu
     let mut last = first;
     let mut misses = 0;
     let result = loop {
-        match statusz(addr).await {
+        match client.statusz().await {
             Ok(s) => {
                 misses = 0;
                 if let Some(c) = cutover(&s) {

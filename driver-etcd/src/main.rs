@@ -15,6 +15,7 @@ use tidemark_core::mirror::{Checkpoint, Mirror, Phase, Status};
 use tidemark_core::Instant;
 use tidemark_etcd::agent::{AgentOptions, StatusSink};
 use tidemark_etcd::config::Overrides;
+use tidemark_etcd::drain::ControlClient;
 use tidemark_etcd::metrics::MirrorMetrics;
 use tidemark_etcd::resource::{Ended, StatusFeed};
 use tidemark_etcd::{Agent, Executor};
@@ -48,16 +49,23 @@ enum Cmd {
     /// Compare the target range with the rewritten source range key by key; exit 0 when
     /// equal. On a live source, retries until equal or --wait elapses.
     Verify(VerifyArgs),
-    /// Ask a running agent to drain and cut over (POST /v1/drain), wait for the cut-over,
-    /// and print the cut-over record (`status.cutover`) as JSON; exit 0 on CutoverReady.
+    /// Ask a running agent to drain and cut over (POST /v1/drain on its control listener),
+    /// wait for the cut-over, and print the cut-over record (`status.cutover`) as JSON;
+    /// exit 0 on CutoverReady. (Under `run --resource`, set `spec.mode: Drain` instead.)
     Drain(DrainArgs),
 }
 
 #[derive(Debug, clap::Args)]
 struct DrainArgs {
-    /// The agent's admin server (its --admin-addr).
-    #[arg(long, value_name = "HOST:PORT", default_value = tidemark_runtime::admin::DEFAULT_ADMIN_ADDR)]
-    admin: String,
+    /// The agent's control listener (its --control-addr).
+    #[arg(long, value_name = "HOST:PORT", default_value = tidemark_runtime::admin::DEFAULT_CONTROL_ADDR)]
+    control_addr: String,
+    /// The agent's control Unix socket (its --control-socket), instead of --control-addr.
+    #[arg(long, value_name = "PATH", conflicts_with = "control_addr")]
+    control_socket: Option<PathBuf>,
+    /// File holding the bearer token of the agent's --control-token-file.
+    #[arg(long, value_name = "FILE")]
+    control_token_file: Option<PathBuf>,
     /// Give up (exit 1) when no cut-over is published within this long.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     timeout: std::time::Duration,
@@ -359,10 +367,17 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     tidemark_runtime::logging::init(a.log_format, "info")?;
     // Resolved Secret material lives here (mode 0600) until the agent exits.
+    let scratch = std::env::temp_dir();
     let secrets = tempfile::Builder::new()
         .prefix("tidemark-secrets-")
         .tempdir()
-        .context("creating a directory for Secret material")?;
+        .with_context(|| {
+            format!(
+                "creating a directory for Secret material under {} (TMPDIR); mount a writable \
+                 emptyDir with medium: Memory there, or point TMPDIR at a writable directory",
+                scratch.display()
+            )
+        })?;
     let (config, resource) = run_spec(&a, secrets.path()).await?;
     let exec = Executor::from_config(&config)?;
     let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
@@ -378,13 +393,20 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let metrics = MirrorMetrics::default();
     handle.with_registry(|r| metrics.register(r));
     let (ctl_tx, ctl_rx) = mpsc::channel::<Control>(16);
-    for (name, control) in [
-        ("drain", Control::Drain),
-        ("reconcile", Control::Reconcile),
-        ("pause", Control::Pause),
-        ("resume", Control::Resume),
-        ("shutdown", Control::Shutdown),
-    ] {
+    // Under --resource the EtcdMirror is the control surface (`spec.mode: Drain`), and
+    // Kubernetes RBAC decides who may change it; no HTTP control is served at all.
+    let http_controls: &[(&str, Control)] = if resource.is_some() {
+        &[]
+    } else {
+        &[
+            ("drain", Control::Drain),
+            ("reconcile", Control::Reconcile),
+            ("pause", Control::Pause),
+            ("resume", Control::Resume),
+            ("shutdown", Control::Shutdown),
+        ]
+    };
+    for &(name, control) in http_controls {
         let mut rx = admin.control(name, 4);
         let tx = ctl_tx.clone();
         tokio::spawn(async move {
@@ -558,7 +580,14 @@ async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
 
 async fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {
     tidemark_runtime::logging::init(LogFormat::Plain, "info")?;
-    match tidemark_etcd::drain::drain(&a.admin, a.timeout, !a.no_progress).await {
+    let mut client = match &a.control_socket {
+        Some(p) => ControlClient::unix(p),
+        None => ControlClient::tcp(&a.control_addr),
+    };
+    if let Some(f) = &a.control_token_file {
+        client = client.with_token_file(f)?;
+    }
+    match tidemark_etcd::drain::drain(&client, a.timeout, !a.no_progress).await {
         Ok(cutover) => {
             println!("{}", serde_json::to_string_pretty(&cutover)?);
             eprintln!(

@@ -171,9 +171,9 @@ async fn checkpoint_subcommand_and_config_errors() {
     }
     assert_eq!(a.http("GET", "/healthz").unwrap().0, 200);
     assert_eq!(a.http("GET", "/readyz").unwrap().0, 200);
-    assert_eq!(a.http("POST", "/v1/pause").unwrap().0, 200);
+    assert_eq!(a.post("/v1/pause").unwrap().0, 200);
     a.wait("paused", 10 * SEC, |s| s["phase"] == "Paused").await;
-    assert_eq!(a.http("POST", "/v1/resume").unwrap().0, 200);
+    assert_eq!(a.post("/v1/resume").unwrap().0, 200);
     a.wait("resumed", 10 * SEC, |s| s["phase"] == "Syncing")
         .await;
     assert!(a.term().success());

@@ -442,9 +442,9 @@ both_versions!(
     drain_divergent_equal_counts
 );
 
-/// `tidemark-mirror drain --admin ADDR --timeout T`, run to completion.
-async fn drain_cli(admin: impl Into<String>, timeout: &'static str) -> std::process::Output {
-    let admin = admin.into();
+/// `tidemark-mirror drain --control-addr ADDR --timeout T`, run to completion.
+async fn drain_cli(control: impl Into<String>, timeout: &'static str) -> std::process::Output {
+    let control = control.into();
     tokio::task::spawn_blocking(move || {
         std::process::Command::new(bin())
             .args([
@@ -452,8 +452,8 @@ async fn drain_cli(admin: impl Into<String>, timeout: &'static str) -> std::proc
                 "--no-progress",
                 "--timeout",
                 timeout,
-                "--admin",
-                &admin,
+                "--control-addr",
+                &control,
             ])
             .output()
             .unwrap()
@@ -497,7 +497,7 @@ async fn drain_command(v: V) {
     ] {
         assert!(metrics.contains(m), "missing {m} in /metrics:\n{metrics}");
     }
-    let out = drain_cli(&a.admin, "60s").await;
+    let out = drain_cli(&a.control, "60s").await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "drain failed: {stderr}\n{}", a.log());
     let cut: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -514,7 +514,7 @@ async fn drain_command(v: V) {
     assert_eq!(fence(&tgt, &cfg).await.0.role, Role::Primary);
     converge(&src, "/app/", &tgt, "/mirror/", &[], 5 * SEC).await;
     // Nothing to drain against: a clear error and a non-zero exit.
-    let out = drain_cli(&a.admin, "2s").await;
+    let out = drain_cli(&a.control, "2s").await;
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("cannot connect"),
@@ -539,7 +539,7 @@ async fn sigkill_during_drain(v: V) {
     let mut a = Proc::start(&cfg, dir.path(), "a");
     a.wait("resumed", 20 * SEC, |s| s["phase"] == "Syncing")
         .await;
-    let drain = tokio::spawn(drain_cli(a.admin.clone(), "60s"));
+    let drain = tokio::spawn(drain_cli(a.control.clone(), "60s"));
     a.wait("drain repairing", 20 * SEC, |s| {
         s["phase"] == "Draining" && num(s, "repairedKeys") > 0
     })

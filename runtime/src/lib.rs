@@ -7,7 +7,8 @@
 //! boundary thin means both binaries expose the same operational surface:
 //!
 //! - [`logging`]: one `--log-format plain|json` switch, `RUST_LOG` overrides.
-//! - [`admin`]: `/metrics`, `/healthz`, `/readyz`, `/statusz` and `POST /v1/<control>`.
+//! - [`admin`]: read-only `/metrics`, `/healthz`, `/readyz`, `/statusz`, and
+//!   `POST /v1/<control>` on a separate, guarded control listener.
 //! - [`signals`]: SIGTERM/SIGINT as a future; a second signal forces exit.
 //! - [`progress`]: a TTY-aware progress line (or periodic log lines) for long operations.
 //!
@@ -69,7 +70,8 @@ pub mod progress;
 pub mod signals;
 
 pub use admin::{
-    Admin, AdminArgs, AdminConfig, AdminError, AdminHandle, AdminServer, ControlRequest,
+    Admin, AdminArgs, AdminConfig, AdminError, AdminHandle, AdminServer, ControlAddr,
+    ControlConfig, ControlListen, ControlRequest,
 };
 pub use logging::{LogFormat, LoggingError};
 pub use progress::Progress;

@@ -259,6 +259,19 @@ pub async fn revision(e: &Etcd) -> i64 {
 }
 
 /// The agent binary built by cargo for these tests.
+/// One raw HTTP/1.0 exchange: (status code, body), or `None` while nothing answers.
+pub fn exchange(addr: &str, req: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(req.as_bytes()).ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tidemark-mirror"))
 }
@@ -266,8 +279,21 @@ pub fn bin() -> PathBuf {
 /// The agent as a child process (for SIGKILL tests).
 pub struct Proc {
     child: Option<Child>,
+    /// The read-only listener (`--admin-addr`).
     pub admin: String,
+    /// The control listener (`--control-addr`).
+    pub control: String,
     pub log: PathBuf,
+}
+
+/// A free loopback `HOST:PORT` (bound and released; fine for tests).
+pub fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    format!("127.0.0.1:{port}")
 }
 
 impl Proc {
@@ -281,16 +307,13 @@ impl Proc {
         let cfg = dir.join(format!("{tag}.json"));
         std::fs::write(&cfg, serde_json::to_vec_pretty(c).expect("config json"))
             .expect("write config");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("bind")
-            .local_addr()
-            .expect("addr")
-            .port();
-        let admin = format!("127.0.0.1:{port}");
+        let admin = free_addr();
+        let control = free_addr();
         let log = dir.join(format!("{tag}.log"));
         let f = std::fs::File::create(&log).expect("log");
         let child = std::process::Command::new(bin())
-            .args(["run", "--no-progress", "--admin-addr", &admin, "-c"])
+            .args(["run", "--no-progress", "--admin-addr", &admin])
+            .args(["--control-addr", &control, "-c"])
             .arg(&cfg)
             .args(extra)
             .env("RUST_LOG", "info,tidemark_etcd=debug")
@@ -302,22 +325,26 @@ impl Proc {
         Proc {
             child: Some(child),
             admin,
+            control,
             log,
         }
     }
 
-    /// One HTTP/1.0 request to the admin server: (status code, body).
+    /// One HTTP/1.0 request to the read-only admin server: (status code, body).
     pub fn http(&self, method: &str, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(&self.admin).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         let req = format!("{method} {path} HTTP/1.0\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
-        s.write_all(req.as_bytes()).ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).ok()?;
-        let (head, body) = buf.split_once("\r\n\r\n")?;
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, body.to_string()))
+        exchange(&self.admin, &req)
+    }
+
+    /// POST a control to the control listener, as `curl -H 'Content-Type: application/json'
+    /// -d '{}'` would: (status code, body).
+    pub fn post(&self, path: &str) -> Option<(u16, String)> {
+        let req = format!(
+            "POST {path} HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Content-Length: 2\r\n\r\n{{}}",
+            self.control
+        );
+        exchange(&self.control, &req)
     }
 
     /// `/statusz` as JSON, or `None` while the server is not up.

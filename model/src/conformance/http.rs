@@ -50,6 +50,32 @@ fn parse_path(path: &str) -> Option<Target> {
     })
 }
 
+fn audit_record(method: &Method, t: &Target, watch: bool) -> super::AuditRecord {
+    let collection = t.name.is_none();
+    let verb = match *method {
+        Method::GET if collection && watch => "watch",
+        Method::GET if collection => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if collection => "deletecollection",
+        Method::DELETE => "delete",
+        _ => "unknown",
+    };
+    let mut resource = t.gvr.resource.clone();
+    if t.status {
+        resource.push_str("/status");
+    }
+    super::AuditRecord {
+        verb: verb.to_string(),
+        group: t.gvr.group.clone(),
+        resource,
+        namespace: t.namespace.clone(),
+        name: t.name.clone(),
+    }
+}
+
 fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -129,6 +155,7 @@ async fn handle(
         );
     };
     let q = query(&uri);
+    shared.record(audit_record(&method, &target, is_true(q.get("watch"))));
     let group = target.gvr.group.clone();
     if method == Method::GET && target.name.is_none() && is_true(q.get("watch")) {
         return watch(shared, target, q).await;

@@ -37,9 +37,30 @@ pub enum ServerError {
 pub(crate) struct Shared {
     api: Mutex<ApiServer>,
     changes: watch::Sender<u64>,
+    audit: Mutex<Vec<AuditRecord>>,
+}
+
+/// One request as Kubernetes authorization sees it (the attributes an RBAC rule matches),
+/// so tests can check that a manifest's Role grants exactly what a binary uses.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AuditRecord {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete` or `deletecollection`.
+    pub verb: String,
+    /// API group (`""` for the core group).
+    pub group: String,
+    /// Resource, with `/status` for the status subresource (`etcdmirrors/status`).
+    pub resource: String,
+    /// `None` for cluster-scoped and all-namespaces requests.
+    pub namespace: Option<String>,
+    /// `None` for collection requests.
+    pub name: Option<String>,
 }
 
 impl Shared {
+    fn record(&self, r: AuditRecord) {
+        self.audit.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+    }
+
     fn lock(&self) -> MutexGuard<'_, ApiServer> {
         // A panic while holding the lock leaves a usable model: every operation is atomic.
         self.api.lock().unwrap_or_else(|p| p.into_inner())
@@ -82,6 +103,7 @@ impl ConformanceServer {
         let shared = Arc::new(Shared {
             api: Mutex::new(api),
             changes,
+            audit: Mutex::new(Vec::new()),
         });
         let (stop, stopped) = oneshot::channel::<()>();
         let app = http::router(shared.clone());
@@ -137,6 +159,15 @@ impl ConformanceServer {
         };
         self.shared.changes.send_replace(rv);
         r
+    }
+
+    /// Every API request served so far, in arrival order.
+    pub fn audit(&self) -> Vec<AuditRecord> {
+        self.shared
+            .audit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The next request matching the fault fails with its error.

@@ -30,7 +30,7 @@ impl ControlRequest {
         &self.name
     }
 
-    /// The JSON request body, or `null` when the body was empty.
+    /// The JSON request body (the server refuses requests without one).
     pub fn args(&self) -> &Value {
         &self.args
     }

@@ -5,14 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::{json, Value};
 
 use super::control::{ControlTarget, DispatchError};
+use super::guard::{Guard, Peer};
 use super::AdminHandle;
 
 /// Content type of the OpenMetrics text format produced by `prometheus-client`
@@ -30,16 +31,40 @@ pub(crate) struct Shared {
     pub(crate) control_timeout: Duration,
 }
 
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
+/// The read-only listener: probes, metrics and status. No route here changes anything.
+pub(crate) fn probes(shared: Arc<Shared>) -> Router {
+    read_only()
+        .route("/", get(index_read_only))
+        .fallback(not_found)
+        .with_state(shared)
+}
+
+/// The control listener: the read-only routes plus `POST /v1/<name>` behind `guard`.
+pub(crate) fn controls(shared: Arc<Shared>, guard: Guard) -> Router {
+    let guarded = Arc::new(Guarded { shared, guard });
+    let controls = Router::new()
+        .route("/v1/{name}", post(control))
+        .with_state(guarded.clone());
+    read_only()
         .route("/", get(index))
+        .fallback(not_found)
+        .with_state(guarded.shared.clone())
+        .merge(controls)
+}
+
+fn read_only() -> Router<Arc<Shared>> {
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/statusz", get(statusz))
-        .route("/v1/{name}", post(control))
-        .fallback(not_found)
-        .with_state(shared)
+}
+
+/// State of the control route.
+#[derive(Debug)]
+pub(crate) struct Guarded {
+    shared: Arc<Shared>,
+    guard: Guard,
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {
@@ -56,11 +81,19 @@ fn json_error(status: StatusCode, message: impl Into<String>) -> Response {
     json_response(status, &json!({ "error": message.into() }))
 }
 
+const INDEX: &str = "GET  /metrics   OpenMetrics text\nGET  /healthz   liveness\n\
+     GET  /readyz    readiness\nGET  /statusz   status JSON\n";
+
+async fn index_read_only(State(s): State<Arc<Shared>>) -> Response {
+    let mut body = String::from(INDEX);
+    if !s.controls.is_empty() {
+        body.push_str("(controls are served on the control listener, see --control-addr)\n");
+    }
+    text(StatusCode::OK, body)
+}
+
 async fn index(State(s): State<Arc<Shared>>) -> Response {
-    let mut body = String::from(
-        "GET  /metrics   OpenMetrics text\nGET  /healthz   liveness\n\
-         GET  /readyz    readiness\nGET  /statusz   status JSON\n",
-    );
+    let mut body = String::from(INDEX);
     for name in s.controls.keys() {
         body.push_str(&format!("POST /v1/{name}\n"));
     }
@@ -109,7 +142,18 @@ async fn statusz(State(s): State<Arc<Shared>>) -> Response {
     json_response(StatusCode::OK, &s.handle.status())
 }
 
-async fn control(State(s): State<Arc<Shared>>, Path(name): Path<String>, body: Bytes) -> Response {
+async fn control(
+    State(g): State<Arc<Guarded>>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err((status, why)) = g.guard.check(&headers) {
+        tracing::warn!(control = %name, %peer, status = status.as_u16(), reason = %why, "admin control refused");
+        return json_error(status, why);
+    }
+    let s = &g.shared;
     let Some(target) = s.controls.get(&name) else {
         let known: Vec<&str> = s.controls.keys().map(String::as_str).collect();
         return json_error(
@@ -117,15 +161,16 @@ async fn control(State(s): State<Arc<Shared>>, Path(name): Path<String>, body: B
             format!("unknown control {name:?}; known: {}", known.join(", ")),
         );
     };
-    let args = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(v) => v,
-            Err(e) => return json_error(StatusCode::BAD_REQUEST, format!("body is not JSON: {e}")),
+    let args: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            return json_error(
+                StatusCode::BAD_REQUEST,
+                format!("body is not JSON ({e}); send a JSON body such as {{}}"),
+            )
         }
     };
-    tracing::info!(control = %name, %args, "admin control request");
+    tracing::info!(control = %name, %peer, %args, "admin control request");
     match tokio::time::timeout(s.control_timeout, target.dispatch(&name, args)).await {
         Ok(Ok(Ok(body))) => json_response(StatusCode::OK, &body),
         Ok(Ok(Err(reason))) => json_error(StatusCode::CONFLICT, reason),
