@@ -9,6 +9,7 @@
 //! whether or not the apiserver has applied schema defaults.
 
 use serde_json::{json, Map, Value};
+use tidemark_core::config::{MAX_ENDPOINTS, MAX_EXCLUDE_PREFIXES};
 
 /// One rule attached to one schema node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,6 +210,42 @@ pub fn rules() -> Vec<Rule> {
             ),
             field_path: Some(".insecureSkipVerify"),
         });
+        r.push(Rule {
+            id: "ca-with-insecure-skip-verify",
+            node: vec![side, "tls"],
+            rule: format!(
+                "!{} || !(has(self.caFile) || has(self.caBundleRef))",
+                or_default("self", "insecureSkipVerify", "false")
+            ),
+            message: format!(
+                "{side}.tls.insecureSkipVerify would silently ignore the CA (caFile or \
+                 caBundleRef); remove insecureSkipVerify"
+            ),
+            field_path: Some(".insecureSkipVerify"),
+        });
+        r.push(Rule {
+            id: "auth-needs-tls",
+            node: vec![side],
+            rule: format!(
+                "!has(self.auth) || {} || !has(self.endpointList) || \
+                 self.endpointList.all(u, !u.startsWith('http://'))",
+                or_default("self.auth", "plaintextAcknowledgeRisk", "false")
+            ),
+            message: format!(
+                "{side}.auth would send the password over plain http://; use https:// with tls, \
+                 or set auth.plaintextAcknowledgeRisk: true"
+            ),
+            field_path: Some(".auth"),
+        });
+        r.push(Rule {
+            id: "endpoint-without-credentials",
+            node: vec![side],
+            rule: "!has(self.endpointList) || self.endpointList.all(u, !u.contains('@'))".into(),
+            message: format!(
+                "{side}.endpointList: credentials in a URL would be logged; use auth instead"
+            ),
+            field_path: Some(".endpointList"),
+        });
         for (node, what) in [
             (vec![side, "tls", "secretRef"], "tls.secretRef"),
             (vec![side, "tls", "caBundleRef"], "tls.caBundleRef"),
@@ -227,17 +264,30 @@ pub fn rules() -> Vec<Rule> {
     r
 }
 
-/// Upper bounds on lists and strings the rules iterate over. Without them the apiserver's
-/// CEL cost estimator assumes request-sized lists and refuses the CRD. The agent does not
-/// check these (they are far above any real use).
+/// Upper bounds on lists the rules iterate over. Without them the apiserver's CEL cost
+/// estimator assumes request-sized lists and refuses the CRD. The agent refuses the same
+/// counts (`MirrorConfig::validate`).
 pub const BOUNDS: &[(&[&str], &str, u64)] = &[
-    (&["source", "endpointList"], "maxItems", 64),
-    (&["target", "endpointList"], "maxItems", 64),
-    (&["sync", "excludePrefixes"], "maxItems", 1024),
+    (
+        &["source", "endpointList"],
+        "maxItems",
+        MAX_ENDPOINTS as u64,
+    ),
+    (
+        &["target", "endpointList"],
+        "maxItems",
+        MAX_ENDPOINTS as u64,
+    ),
+    (
+        &["sync", "excludePrefixes"],
+        "maxItems",
+        MAX_EXCLUDE_PREFIXES as u64,
+    ),
 ];
 
-/// Longest accepted endpoint URL, prefix or key, for the same reason as [`BOUNDS`].
-pub const MAX_STRING_LENGTH: u64 = 4096;
+/// Longest accepted string anywhere in the spec, for the same reason as [`BOUNDS`]; the
+/// agent refuses the same lengths (`MirrorConfig::validate`).
+pub const MAX_STRING_LENGTH: u64 = tidemark_core::config::MAX_STRING_LENGTH as u64;
 
 fn node_mut<'a>(spec: &'a mut Value, path: &[&str]) -> Option<&'a mut Map<String, Value>> {
     let mut cur = spec;

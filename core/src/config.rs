@@ -99,6 +99,10 @@ pub struct AuthSpec {
     pub password_file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretRef>,
+    /// Send the password over plain `http://` anyway. Anyone on the path can read it, so
+    /// without this acknowledgement auth requires `https://` endpoints.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plaintext_acknowledge_risk: bool,
 }
 
 /// One side of the link.
@@ -172,9 +176,11 @@ pub struct SyncSpec {
     pub exclude_prefixes: Vec<String>,
     /// Ops per target Txn including the fence put; must not exceed the target's
     /// `--max-txn-ops` (etcd default 128).
+    #[cfg_attr(feature = "schema", schemars(range(min = 2, max = 100_000)))]
     #[serde(default = "default_max_txn_ops")]
     pub max_txn_ops: u32,
     /// Flush a batch before its payload exceeds this many bytes.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1024, max = 100_663_296)))]
     #[serde(default = "default_txn_flush_bytes")]
     pub txn_flush_bytes: u64,
     /// Most fenced Txns in flight at once (scan and tail writes; each builds on the one
@@ -185,12 +191,15 @@ pub struct SyncSpec {
     #[serde(default = "default_max_txns_in_flight")]
     pub max_txns_in_flight: u32,
     /// Upper bound on keys per scan page; pages adapt below it by bytes.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 100_000)))]
     #[serde(default = "default_page_key_limit")]
     pub page_key_limit: u32,
     /// Target bytes per scan page.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1024, max = 67_108_864)))]
     #[serde(default = "default_page_bytes")]
     pub page_bytes: u64,
     /// Bound on watch events buffered during genesis; overflow restarts genesis.
+    #[cfg_attr(feature = "schema", schemars(range(min = 65_536, max = 1_073_741_824)))]
     #[serde(default = "default_watch_buffer_bytes")]
     pub watch_buffer_bytes: u64,
     /// Target ops per second; 0 means unpaced.
@@ -362,6 +371,18 @@ impl std::fmt::Display for ConfigProblem {
 #[error("invalid mirror configuration:\n{}", .0.iter().map(|p| format!("  - {p}")).collect::<Vec<_>>().join("\n"))]
 pub struct ConfigErrors(pub Vec<ConfigProblem>);
 
+/// Longest string the spec accepts anywhere (URLs, prefixes, file paths, names); the CRD's
+/// `maxLength` on every string.
+pub const MAX_STRING_LENGTH: usize = 4096;
+/// Most endpoints per side; the CRD's `maxItems` of `endpointList`.
+pub const MAX_ENDPOINTS: usize = 64;
+/// Most `sync.excludePrefixes`; the CRD's `maxItems`.
+pub const MAX_EXCLUDE_PREFIXES: usize = 1024;
+/// Largest `sync.pageBytes`: a page is held in memory, and read ahead four times.
+pub const MAX_PAGE_BYTES: u64 = 64 << 20;
+/// Largest `sync.watchBufferBytes`: the buffer is held in memory during genesis.
+pub const MAX_WATCH_BUFFER_BYTES: u64 = 1 << 30;
+
 /// The default fence key suffix, placed after `target.prefix + destPrefix`.
 pub const DEFAULT_CHECKPOINT_SUFFIX: &str = "\u{0}tidemark-checkpoint";
 
@@ -430,6 +451,7 @@ impl MirrorConfig {
     /// Checks the whole config and returns every problem at once.
     pub fn validate(&self) -> Result<(), ConfigErrors> {
         let mut p = Vec::new();
+        long_strings(self, &mut p);
         let mut bad = |field: &str, problem: String| {
             p.push(ConfigProblem {
                 field: field.into(),
@@ -501,10 +523,13 @@ impl MirrorConfig {
                 format!("is {}; use 1..100000", s.page_key_limit),
             );
         }
-        if s.page_bytes < 1024 {
+        if s.page_bytes < 1024 || s.page_bytes > MAX_PAGE_BYTES {
             bad(
                 "sync.pageBytes",
-                format!("is {}; use at least 1024", s.page_bytes),
+                format!(
+                    "is {}; use 1024..{MAX_PAGE_BYTES} (64MiB): pages are held in memory",
+                    s.page_bytes
+                ),
             );
         }
         if s.watch_buffer_bytes < 64 * 1024 {
@@ -513,6 +538,24 @@ impl MirrorConfig {
                 format!(
                     "is {}; use at least 64KiB or genesis restarts forever on a busy source",
                     s.watch_buffer_bytes
+                ),
+            );
+        }
+        if s.watch_buffer_bytes > MAX_WATCH_BUFFER_BYTES {
+            bad(
+                "sync.watchBufferBytes",
+                format!(
+                    "is {}; use at most {MAX_WATCH_BUFFER_BYTES} (1GiB): the buffer is held in memory",
+                    s.watch_buffer_bytes
+                ),
+            );
+        }
+        if s.exclude_prefixes.len() > MAX_EXCLUDE_PREFIXES {
+            bad(
+                "sync.excludePrefixes",
+                format!(
+                    "has {} entries; at most {MAX_EXCLUDE_PREFIXES} are accepted",
+                    s.exclude_prefixes.len()
                 ),
             );
         }
@@ -588,6 +631,117 @@ impl MirrorConfig {
     }
 }
 
+/// Checks one endpoint URL: `http://` or `https://`, a host, an optional numeric port and
+/// nothing else. Returns the scheme, or the problem. The message never repeats a URL that
+/// carries credentials, so a password cannot reach a log through it.
+fn endpoint_url(full: &str) -> Result<&'static str, String> {
+    if full.contains('@') {
+        return Err(
+            "contains credentials (user:password@); remove them from the URL and use \
+                    auth.username with auth.passwordFile (or auth.secretRef)"
+                .into(),
+        );
+    }
+    let url = shown(full);
+    let url = url.as_str();
+    let (scheme, rest) = match full.split_once("://") {
+        Some(("http", rest)) => ("http", rest),
+        Some(("https", rest)) => ("https", rest),
+        _ => {
+            return Err(format!(
+                "{url:?} is not an http:// or https:// URL with a host and port"
+            ))
+        }
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority
+        .bytes()
+        .any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b"/?#\\".contains(&b))
+    {
+        return Err(format!(
+            "{url:?} must be scheme://host:port with no path, query, fragment or whitespace"
+        ));
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let Some((addr, after)) = v6.split_once(']') else {
+                return Err(format!("{url:?} has an unclosed IPv6 bracket"));
+            };
+            if addr.parse::<std::net::Ipv6Addr>().is_err() {
+                return Err(format!("{url:?} has an invalid IPv6 address"));
+            }
+            if !after.is_empty() {
+                port_of(url, after.strip_prefix(':').unwrap_or(after))?;
+            }
+            return Ok(scheme);
+        }
+        None => match authority.rsplit_once(':') {
+            Some((host, port)) => {
+                port_of(url, port)?;
+                host
+            }
+            None => authority,
+        },
+    };
+    if host.is_empty() || host.contains(':') {
+        return Err(format!("{url:?} has no valid host"));
+    }
+    Ok(scheme)
+}
+
+fn port_of(url: &str, port: &str) -> Result<(), String> {
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(()),
+        _ => Err(format!("{url:?} has an invalid port (use 1..65535)")),
+    }
+}
+
+/// A URL for a message: at most 100 characters of it.
+fn shown(url: &str) -> String {
+    match url.char_indices().nth(100) {
+        Some((cut, _)) => format!("{}...", &url[..cut]),
+        None => url.to_string(),
+    }
+}
+
+/// Every string in the config, at its spec path, no longer than [`MAX_STRING_LENGTH`].
+fn long_strings(c: &MirrorConfig, out: &mut Vec<ConfigProblem>) {
+    fn walk(v: &serde_json::Value, path: &str, out: &mut Vec<ConfigProblem>) {
+        match v {
+            serde_json::Value::String(s) if s.len() > MAX_STRING_LENGTH => {
+                out.push(ConfigProblem {
+                    field: path.to_string(),
+                    problem: format!(
+                        "is {} bytes long; at most {MAX_STRING_LENGTH} are accepted",
+                        s.len()
+                    ),
+                });
+            }
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{i}]"), out);
+                }
+            }
+            serde_json::Value::Object(m) => {
+                for (k, item) in m {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(item, &p, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    // A config of plain strings, numbers and lists always serialises; if it ever did not,
+    // the other checks still run.
+    if let Ok(v) = serde_json::to_value(c) {
+        walk(&v, "", out);
+    }
+}
+
 /// Two prefixes overlap when one is a prefix of the other.
 pub fn ranges_overlap(a: &[u8], b: &[u8]) -> bool {
     a.starts_with(b) || b.starts_with(a)
@@ -606,16 +760,22 @@ fn validate_endpoint(side: &str, ep: &EndpointSpec, bad: &mut impl FnMut(&str, S
         ),
         _ => {}
     }
+    if ep.endpoint_list.len() > MAX_ENDPOINTS {
+        bad(
+            &format!("{side}.endpointList"),
+            format!(
+                "has {} entries; at most {MAX_ENDPOINTS} are accepted",
+                ep.endpoint_list.len()
+            ),
+        );
+    }
     let mut schemes = std::collections::BTreeSet::new();
     for (i, url) in ep.endpoint_list.iter().enumerate() {
-        match url.split_once("://") {
-            Some((scheme @ ("http" | "https"), rest)) if !rest.is_empty() => {
+        match endpoint_url(url) {
+            Ok(scheme) => {
                 schemes.insert(scheme);
             }
-            _ => bad(
-                &format!("{side}.endpointList[{i}]"),
-                format!("{url:?} is not an http:// or https:// URL with a host and port"),
-            ),
+            Err(problem) => bad(&format!("{side}.endpointList[{i}]"), problem),
         }
     }
     if schemes.len() > 1 {
@@ -645,6 +805,14 @@ fn validate_endpoint(side: &str, ep: &EndpointSpec, bad: &mut impl FnMut(&str, S
                 "requires insecureSkipVerifyAcknowledgeRisk: true; prefer caFile".into(),
             );
         }
+        if tls.insecure_skip_verify && (tls.ca_file.is_some() || tls.ca_bundle_ref.is_some()) {
+            bad(
+                &format!("{side}.tls.insecureSkipVerify"),
+                "is set together with a CA (caFile or caBundleRef), which it would silently \
+                 ignore; remove insecureSkipVerify to verify against the CA"
+                    .into(),
+            );
+        }
         if tls.cert_file.is_some() != tls.key_file.is_some() {
             bad(
                 &format!("{side}.tls"),
@@ -661,6 +829,14 @@ fn validate_endpoint(side: &str, ep: &EndpointSpec, bad: &mut impl FnMut(&str, S
         }
     }
     if let Some(auth) = &ep.auth {
+        if schemes.contains("http") && !auth.plaintext_acknowledge_risk {
+            bad(
+                &format!("{side}.auth"),
+                "sends the password over plain http://, readable by anyone on the path; use \
+                 https:// endpoints with tls, or set auth.plaintextAcknowledgeRisk: true"
+                    .into(),
+            );
+        }
         if auth.username.as_deref().unwrap_or("").is_empty() && auth.secret_ref.is_none() {
             bad(
                 &format!("{side}.auth.username"),
@@ -701,6 +877,121 @@ mod tests {
         c.source.endpoint_list = vec!["http://127.0.0.1:2379".into()];
         c.target.endpoint_list = vec!["http://127.0.0.1:22379".into()];
         c
+    }
+
+    /// The fields `validate` names for `c`.
+    fn refused(c: &MirrorConfig) -> Vec<String> {
+        match c.validate() {
+            Ok(()) => Vec::new(),
+            Err(ConfigErrors(p)) => p.into_iter().map(|p| p.field).collect(),
+        }
+    }
+
+    #[test]
+    fn sizes_and_counts_are_bounded_as_in_the_crd() {
+        let mut c = valid();
+        c.source.prefix = "/".repeat(MAX_STRING_LENGTH + 1);
+        c.sync.exclude_prefixes = vec!["x".into(); MAX_EXCLUDE_PREFIXES + 1];
+        c.target.endpoint_list = vec!["http://127.0.0.1:22379".into(); MAX_ENDPOINTS + 1];
+        c.sync.page_bytes = u64::MAX;
+        c.sync.watch_buffer_bytes = u64::MAX;
+        let f = refused(&c);
+        for want in [
+            "source.prefix",
+            "sync.excludePrefixes",
+            "target.endpointList",
+            "sync.pageBytes",
+            "sync.watchBufferBytes",
+        ] {
+            assert!(f.iter().any(|x| x == want), "{want} not refused: {f:?}");
+        }
+        let mut c = valid();
+        c.sync.exclude_prefixes = vec!["x".into(); MAX_EXCLUDE_PREFIXES];
+        c.source.prefix = "/".repeat(MAX_STRING_LENGTH);
+        c.sync.page_bytes = MAX_PAGE_BYTES;
+        c.sync.watch_buffer_bytes = MAX_WATCH_BUFFER_BYTES;
+        assert_eq!(
+            refused(&c),
+            Vec::<String>::new(),
+            "the limits themselves pass"
+        );
+        // A long string deep in a list is named by its index.
+        let mut c = valid();
+        c.sync.exclude_prefixes = vec!["a".into(), "b".repeat(MAX_STRING_LENGTH + 1)];
+        assert_eq!(refused(&c), vec!["sync.excludePrefixes[1]".to_string()]);
+    }
+
+    #[test]
+    fn endpoint_urls_are_checked_and_credentials_never_echoed() {
+        for ok in [
+            "http://127.0.0.1:2379",
+            "https://etcd-0.etcd:2379/",
+            "http://localhost",
+            "http://[::1]:2379",
+        ] {
+            assert!(endpoint_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://user:hunter2@127.0.0.1:2379",
+            "https://hunter2@h:2379",
+            "ftp://user:hunter2@h",
+        ] {
+            let e = endpoint_url(bad).unwrap_err();
+            assert!(!e.contains("hunter2"), "{e}");
+            assert!(e.contains("auth.username"), "{e}");
+        }
+        for bad in [
+            "http://h:2379/v3",
+            "http://h:2379?x=1",
+            "http://h:0",
+            "http://h:99999",
+            "http://:2379",
+            "http://h 1:2379",
+            "http://[::1:2379",
+            "unix:///run/etcd.sock",
+        ] {
+            assert!(endpoint_url(bad).is_err(), "{bad}");
+        }
+        let huge = format!("http://{}", "h".repeat(100_000));
+        let mut c = valid();
+        c.source.endpoint_list = vec![format!("{huge}:x")];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.len() < 2000, "messages stay short: {} bytes", e.len());
+    }
+
+    #[test]
+    fn auth_needs_tls_or_an_acknowledgement() {
+        let mut c = valid();
+        c.target.auth = Some(AuthSpec {
+            username: Some("mirror".into()),
+            password_file: Some("/run/pw".into()),
+            ..AuthSpec::default()
+        });
+        assert_eq!(refused(&c), vec!["target.auth".to_string()]);
+        c.target.auth.as_mut().unwrap().plaintext_acknowledge_risk = true;
+        assert_eq!(refused(&c), Vec::<String>::new());
+        c.target.auth.as_mut().unwrap().plaintext_acknowledge_risk = false;
+        c.target.endpoint_list = vec!["https://t:2379".into()];
+        c.target.tls = Some(TlsSpec::default());
+        assert_eq!(refused(&c), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_ca_with_insecure_skip_verify_is_refused() {
+        let mut c = valid();
+        c.target.endpoint_list = vec!["https://t:2379".into()];
+        c.target.tls = Some(TlsSpec {
+            ca_file: Some("/etc/ca.crt".into()),
+            insecure_skip_verify: true,
+            insecure_skip_verify_acknowledge_risk: true,
+            ..TlsSpec::default()
+        });
+        assert_eq!(
+            refused(&c),
+            vec!["target.tls.insecureSkipVerify".to_string()]
+        );
+        c.target.tls.as_mut().unwrap().ca_file = None;
+        assert_eq!(refused(&c), Vec::<String>::new());
     }
 
     #[test]

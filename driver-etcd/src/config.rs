@@ -77,16 +77,65 @@ impl Overrides {
     }
 }
 
-/// Parses a config file (YAML, which also accepts JSON).
+/// Largest config file accepted; a real one is a few KiB, even with 1,024 excludePrefixes.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Most YAML nodes a config may expand to. An alias counts every time it is used, so a small
+/// file of nested aliases ("billion laughs") is refused before it is built in memory.
+pub const MAX_CONFIG_NODES: usize = 100_000;
+
+/// Parses a config file (YAML, which also accepts JSON), bounded in size and in expansion.
 pub fn parse(path: &Path) -> Result<MirrorConfig, DriverError> {
-    let text = std::fs::read_to_string(path).map_err(|e| DriverError::Read {
-        path: path.display().to_string(),
-        source: e,
-    })?;
-    serde_yaml::from_str(&text).map_err(|e| DriverError::Parse {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })
+    use std::io::Read;
+    let shown = path.display().to_string();
+    let read = |source| DriverError::Read {
+        path: shown.clone(),
+        source,
+    };
+    let parse_error = |message: String| DriverError::Parse {
+        path: shown.clone(),
+        message,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .map_err(read)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(parse_error(format!(
+            "is larger than {MAX_CONFIG_BYTES} bytes; a mirror config is a few KiB"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| parse_error(format!("is not UTF-8 ({e})")))?;
+    crate::yaml_budget::check(&text, MAX_CONFIG_NODES).map_err(parse_error)?;
+    serde_yaml::from_str(&text).map_err(|e| parse_error(e.to_string()))
+}
+
+/// Problems that do not stop the agent but that an operator should fix; `run` logs them and
+/// `check-config` prints them.
+pub fn warnings(c: &MirrorConfig) -> Vec<ConfigProblem> {
+    let mut out = Vec::new();
+    for (side, ep) in [("source", &c.source), ("target", &c.target)] {
+        if let Some(p) = ep.auth.as_ref().and_then(|a| a.password_file.as_ref()) {
+            if let Some(mode) = file_mode(p).filter(|m| m & 0o070 != 0) {
+                out.push(ConfigProblem {
+                    field: format!("{side}.auth.passwordFile"),
+                    problem: format!(
+                        "{p:?} has mode {mode:04o}: its group can read the password; chmod 600 it"
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn file_mode(path: &str) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| m.permissions().mode() & 0o777)
 }
 
 /// Loads, overrides and fully validates a config; every problem is reported at once.
@@ -132,6 +181,17 @@ fn check_endpoint_files(side: &str, ep: &EndpointSpec, out: &mut Vec<ConfigProbl
     }
     if let Some(a) = &ep.auth {
         file("auth.passwordFile", &a.password_file);
+        if let Some(p) = &a.password_file {
+            if let Some(mode) = file_mode(p).filter(|m| m & 0o007 != 0) {
+                out.push(ConfigProblem {
+                    field: format!("{side}.auth.passwordFile"),
+                    problem: format!(
+                        "{p:?} has mode {mode:04o}: every user on the host can read the \
+                         password; chmod 600 it (on Kubernetes, defaultMode: 0400)"
+                    ),
+                });
+            }
+        }
     }
     let mut push = |field: String, problem: String| out.push(ConfigProblem { field, problem });
     if ep.service_ref.is_some() {
@@ -303,6 +363,58 @@ initialSync: {mode: OverwriteAndPrune, abandonWatermark: 21}
         };
         let err = load(&p, &o).unwrap_err().to_string();
         assert!(err.contains("initialSync.abandonWatermark"), "{err}");
+    }
+
+    #[test]
+    fn alias_bombs_and_huge_files_are_refused_before_they_are_built() {
+        let d = tempfile::tempdir().unwrap();
+        let mut bomb = String::from("x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n");
+        for i in 1..9 {
+            bomb.push_str(&format!(
+                "x{i}: &x{i} [{}]\n",
+                vec![format!("*x{}", i - 1); 10].join(",")
+            ));
+        }
+        bomb.push_str("source: {endpointList: [\"http://a:1\"], prefix: /a/}\n");
+        let p = write(d.path(), "bomb.yaml", &bomb);
+        let err = load(&p, &Overrides::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("aliases") && err.contains("bomb.yaml"),
+            "{err}"
+        );
+        let big = format!("# {}\n", "x".repeat(MAX_CONFIG_BYTES as usize));
+        let p = write(d.path(), "big.yaml", &big);
+        let err = load(&p, &Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("larger than"), "{err}");
+    }
+
+    #[test]
+    fn password_files_readable_by_others_are_refused_and_by_group_warned() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let pw = write(d.path(), "pw", "hunter2");
+        let cfg = format!(
+            "source: {{endpointList: [\"http://127.0.0.1:2379\"], prefix: /app/}}\n\
+             target: {{endpointList: [\"http://127.0.0.1:22379\"], prefix: /m/,\n\
+             auth: {{username: u, passwordFile: {}, plaintextAcknowledgeRisk: true}}}}\n",
+            pw.display()
+        );
+        let p = write(d.path(), "m.yaml", &cfg);
+        let mode = |m| std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(m)).unwrap();
+        mode(0o644);
+        let err = load(&p, &Overrides::default()).unwrap_err().to_string();
+        assert!(
+            err.contains("target.auth.passwordFile") && err.contains("chmod 600"),
+            "{err}"
+        );
+        assert!(!err.contains("hunter2"));
+        mode(0o640);
+        let c = load(&p, &Overrides::default()).unwrap();
+        let w = warnings(&c);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].field, "target.auth.passwordFile");
+        mode(0o600);
+        assert!(warnings(&load(&p, &Overrides::default()).unwrap()).is_empty());
     }
 
     #[test]

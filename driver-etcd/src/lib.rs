@@ -17,6 +17,7 @@ pub mod probe;
 pub mod resource;
 pub mod verify;
 pub mod watch;
+mod yaml_budget;
 
 pub use agent::{Agent, Core};
 pub use connect::ClusterConn;

@@ -301,6 +301,14 @@ fn main() -> ExitCode {
                     c.source.prefix,
                     String::from_utf8_lossy(&c.target_base())
                 );
+                for w in tidemark_etcd::config::warnings(&c) {
+                    println!("warning: {w}");
+                }
+                println!(
+                    "not checked without connecting: whether source and target are one cluster \
+                     under two names (localhost and 127.0.0.1, say); `run` compares cluster IDs \
+                     at connect and refuses overlapping ranges (DirectionConflict)"
+                );
                 Ok(ExitCode::SUCCESS)
             }
         }
@@ -379,6 +387,9 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             )
         })?;
     let (config, resource) = run_spec(&a, secrets.path()).await?;
+    for w in tidemark_etcd::config::warnings(&config) {
+        tracing::warn!(field = %w.field, "{}", w.problem);
+    }
     let exec = Executor::from_config(&config)?;
     let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
     let mut mirror = Mirror::new(config.clone(), seed)?;

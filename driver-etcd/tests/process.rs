@@ -229,18 +229,242 @@ async fn wrong_password_is_permanent_and_writes_nothing() {
     t.user_grant_role("root", "root").await.unwrap();
     t.auth_enable().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let pw = dir.path().join("pw");
-    std::fs::write(&pw, "wrong\n").unwrap();
+    let wrong = "canary-wrong-4be1d07";
     let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
-    cfg.target.auth = Some(AuthSpec {
-        username: Some("root".into()),
-        password_file: Some(pw.display().to_string()),
-        secret_ref: None,
-    });
+    cfg.target.auth = Some(password_auth(dir.path(), "root", wrong));
     let mut a = Proc::start(&cfg, dir.path(), "a");
     let status = a.exit(20 * SEC);
     assert_eq!(status.code(), Some(1), "{}", a.log());
     assert!(a.log().contains("authentication failed"), "{}", a.log());
+    assert!(!a.log().contains(wrong), "the password reached the log");
+}
+
+/// `auth` with the password in a 0600 file, over plain http (acknowledged, as in tests).
+fn password_auth(dir: &std::path::Path, user: &str, password: &str) -> AuthSpec {
+    use std::os::unix::fs::PermissionsExt;
+    let pw = dir.join(format!("{user}.pw"));
+    std::fs::write(&pw, format!("{password}\n")).unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
+    AuthSpec {
+        username: Some(user.into()),
+        password_file: Some(pw.display().to_string()),
+        secret_ref: None,
+        plaintext_acknowledge_risk: true,
+    }
+}
+
+/// A password the agent uses for real never appears in its logs (at debug level), in
+/// /statusz or in /metrics, on either listener, through a run that also sees errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_never_leaves_its_file() {
+    let Some((src, tgt)) = pair(V::V35).await else {
+        return;
+    };
+    let canary = "canary-pw-9d41f2c7e0";
+    let mut t = tgt.client().await;
+    t.user_add("root", canary, None).await.unwrap();
+    t.user_grant_role("root", "root").await.unwrap();
+    t.auth_enable().await.unwrap();
+    load(&src, "/app/", 50, 8).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.target.auth = Some(password_auth(dir.path(), "root", canary));
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    let rev = revision(&src).await;
+    a.wait("synced", 30 * SEC, |s| synced(s, rev)).await;
+    // An error path too: the source goes away for a moment.
+    assert_eq!(a.post("/v1/pause").unwrap().0, 200);
+    assert_eq!(a.post("/v1/resume").unwrap().0, 200);
+    let mut seen = Vec::new();
+    for path in ["/statusz", "/metrics", "/"] {
+        seen.push(a.http("GET", path).unwrap().1);
+    }
+    let control_status = support::agent::exchange(
+        &a.control,
+        &format!("GET /statusz HTTP/1.0\r\nHost: {}\r\n\r\n", a.control),
+    )
+    .unwrap();
+    seen.push(control_status.1);
+    assert!(a.term().success(), "{}", a.log());
+    seen.push(a.log());
+    assert!(
+        seen[0].contains("Syncing") || seen[0].contains("phase"),
+        "{}",
+        seen[0]
+    );
+    for (i, text) in seen.iter().enumerate() {
+        assert!(
+            !text.contains(canary),
+            "the password leaked into output {i}:\n{text}"
+        );
+    }
+}
+
+/// Every bad input is refused with exit code 2 and a message that names the field, and
+/// nothing is written to either etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_inputs_exit_2_and_write_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some((src, tgt)) = pair(V::V35).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("pw");
+    std::fs::write(&pw, "hunter2-canary\n").unwrap();
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (s, t) = (&src.url, &tgt.url);
+    let base = |extra_source: &str, extra_target: &str, rest: &str| {
+        format!(
+            "source: {{endpointList: [\"{s}\"], prefix: /app/{extra_source}}}\n\
+             target: {{endpointList: [\"{t}\"], prefix: /mirror/{extra_target}}}\n{rest}"
+        )
+    };
+    let mut bomb = String::from("x0: &x0 [a, a, a, a, a, a, a, a, a, a]\n");
+    for i in 1..9 {
+        let refs = vec![format!("*x{}", i - 1); 10].join(",");
+        bomb.push_str(&format!("x{i}: &x{i} [{refs}]\n"));
+    }
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "long prefix",
+            base(&"p".repeat(5000), "", ""),
+            "source.prefix",
+        ),
+        (
+            "many excludes",
+            base("", "", &format!("sync: {{excludePrefixes: [{}]}}\n", vec!["x"; 1025].join(","))),
+            "sync.excludePrefixes",
+        ),
+        (
+            "huge pageBytes",
+            base("", "", "sync: {pageBytes: 18446744073709551615}\n"),
+            "sync.pageBytes",
+        ),
+        (
+            "huge watchBufferBytes",
+            base("", "", "sync: {watchBufferBytes: 18446744073709551615}\n"),
+            "sync.watchBufferBytes",
+        ),
+        ("alias bomb", format!("{bomb}{}", base("", "", "")), "aliases"),
+        (
+            "credentials in a URL",
+            format!(
+                "source: {{endpointList: [\"http://root:hunter2-canary@{}\"], prefix: /app/}}\n\
+                 target: {{endpointList: [\"{t}\"], prefix: /mirror/}}\n",
+                s.trim_start_matches("http://")
+            ),
+            "source.endpointList[0]",
+        ),
+        (
+            "password over http",
+            base(
+                "",
+                &format!(", auth: {{username: root, passwordFile: {}}}", pw.display()),
+                "",
+            ),
+            "target.auth",
+        ),
+        (
+            "a CA with insecureSkipVerify",
+            format!(
+                "source: {{endpointList: [\"{s}\"], prefix: /app/}}\n\
+                 target: {{endpointList: [\"https://127.0.0.1:1\"], prefix: /mirror/, \
+                 tls: {{caFile: {}, insecureSkipVerify: true, insecureSkipVerifyAcknowledgeRisk: true}}}}\n",
+                pw.display()
+            ),
+            "target.tls.insecureSkipVerify",
+        ),
+        (
+            "a world-readable password file",
+            base(
+                "",
+                &format!(
+                    ", auth: {{username: root, passwordFile: {}, plaintextAcknowledgeRisk: true}}",
+                    pw.display()
+                ),
+                "",
+            ),
+            "target.auth.passwordFile",
+        ),
+    ];
+    let before = (revision(&src).await, revision(&tgt).await);
+    for (name, text, field) in &cases {
+        let file = dir.path().join("bad.yaml");
+        std::fs::write(&file, text).unwrap();
+        for cmd in ["check-config", "run"] {
+            let out = std::process::Command::new(bin())
+                .args([cmd, "--config"])
+                .arg(&file)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name} ({cmd}): {err}");
+            assert!(
+                err.contains(field),
+                "{name} ({cmd}): {field} not named in:\n{err}"
+            );
+            assert!(
+                !err.contains("hunter2-canary"),
+                "{name} ({cmd}) echoed a secret: {err}"
+            );
+            assert!(
+                err.len() < 4000,
+                "{name} ({cmd}): a {} byte message",
+                err.len()
+            );
+        }
+    }
+    let after = (revision(&src).await, revision(&tgt).await);
+    assert_eq!(before, after, "a refused config wrote to etcd");
+}
+
+/// One cluster under two names: `check-config` cannot tell and says so; `run` compares
+/// cluster IDs at connect and refuses the overlapping ranges without writing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_mirror_is_refused_by_cluster_identity() {
+    let Some(e) = Etcd::start(V::V35, Flags::default()).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let other_name = e.url.replace("127.0.0.1", "localhost");
+    assert_ne!(other_name, e.url);
+    let file = dir.path().join("self.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "source: {{endpointList: [\"{}\"], prefix: /app/}}\n\
+             target: {{endpointList: [\"{other_name}\"], prefix: /app/mirror/}}\n",
+            e.url
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["check-config", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("not checked without connecting"),
+        "{stdout}"
+    );
+    let before = revision(&e).await;
+    let out = std::process::Command::new(bin())
+        .args(["run", "--no-progress", "--config"])
+        .arg(&file)
+        .args([
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--control-addr",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("DirectionConflict"), "{err}");
+    assert_eq!(revision(&e).await, before, "nothing written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

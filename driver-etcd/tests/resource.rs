@@ -28,6 +28,11 @@ struct Agent {
 
 impl Agent {
     fn start(dir: &Path, kubeconfig: &Path, name: &str) -> Agent {
+        Agent::start_in(dir, kubeconfig, name, &std::env::temp_dir())
+    }
+
+    /// As [`Agent::start`], with `TMPDIR` (where Secret material goes) set to `tmp`.
+    fn start_in(dir: &Path, kubeconfig: &Path, name: &str, tmp: &Path) -> Agent {
         let admin = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -40,7 +45,8 @@ impl Agent {
             .arg(format!("{NS}/{name}"))
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "debug")
+            .env("TMPDIR", tmp)
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f)
@@ -335,5 +341,79 @@ async fn a_bad_spec_is_refused_before_connecting() {
         agent.log().contains("ns/absent not found"),
         "{}",
         agent.log()
+    );
+}
+
+/// The password of an `auth.secretRef` never reaches the EtcdMirror (spec or status), the
+/// agent's log, or a file that outlives the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_password_stays_out_of_status_and_logs() {
+    use k8s_openapi::api::core::v1::Secret;
+    use k8s_openapi::ByteString;
+    let Some(src) = Etcd::start(V::V35, Flags::default()).await else {
+        return;
+    };
+    let Some(tgt) = Etcd::start(V::V35, Flags::default()).await else {
+        return;
+    };
+    let canary = "canary-secret-3c9e51a2";
+    let mut t = tgt.client().await;
+    t.user_add("root", canary, None).await.unwrap();
+    t.user_grant_role("root", "root").await.unwrap();
+    t.auth_enable().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (server, api, kubeconfig) = apiserver(dir.path()).await;
+    let secrets: Api<Secret> = Api::namespaced(server.client().unwrap(), NS);
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("target-auth".into());
+    secret.data = Some(
+        [
+            ("username".to_string(), ByteString(b"root".to_vec())),
+            (
+                "password".to_string(),
+                ByteString(canary.as_bytes().to_vec()),
+            ),
+        ]
+        .into(),
+    );
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    load(&src, "/app/", 50, 16).await;
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.target.auth = Some(tidemark_core::config::AuthSpec {
+        secret_ref: Some(tidemark_core::config::SecretRef {
+            name: "target-auth".into(),
+        }),
+        plaintext_acknowledge_risk: true,
+        ..Default::default()
+    });
+    create(&api, "s", cfg).await;
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut seen = record(api.clone(), "s");
+    let mut agent = Agent::start_in(dir.path(), &kubeconfig, "s", &tmp);
+    let rev = revision(&src).await;
+    wait_status(&mut seen, &agent, "Syncing", 60 * SEC, |s| {
+        s.phase == Phase::Syncing && s.last_applied_revision >= rev
+    })
+    .await;
+    let object = serde_json::to_string(&api.get("s").await.unwrap()).unwrap();
+    assert!(object.contains("lastAppliedRevision"), "{object}");
+    assert!(
+        !object.contains(canary),
+        "the password reached the EtcdMirror: {object}"
+    );
+    assert!(agent.term().await.success(), "{}", agent.log());
+    assert!(agent.log().contains("spec read from the EtcdMirror"));
+    assert!(
+        !agent.log().contains(canary),
+        "the password reached the log"
+    );
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "the Secret material outlived the agent"
     );
 }

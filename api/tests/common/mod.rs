@@ -97,9 +97,21 @@ pub fn cases() -> Vec<Case> {
             }),
         ),
         case(
-            "auth from a Secret",
+            "auth from a Secret over https",
             None,
-            with(|v| v["target"]["auth"] = json!({"secretRef": {"name": "etcd-auth"}})),
+            with(|v| {
+                v["target"]["endpointList"] = json!(["https://t:2379"]);
+                v["target"]["tls"] = json!({});
+                v["target"]["auth"] = json!({"secretRef": {"name": "etcd-auth"}});
+            }),
+        ),
+        case(
+            "auth over http, acknowledged",
+            None,
+            with(|v| {
+                v["target"]["auth"] =
+                    json!({"secretRef": {"name": "etcd-auth"}, "plaintextAcknowledgeRisk": true})
+            }),
         ),
         case(
             "startRevision with Overwrite",
@@ -207,6 +219,24 @@ pub fn cases() -> Vec<Case> {
             }),
         ),
         case(
+            "auth over plain http",
+            Some("auth-needs-tls"),
+            with(|v| v["target"]["auth"] = json!({"secretRef": {"name": "etcd-auth"}})),
+        ),
+        case(
+            "credentials in an endpoint URL",
+            Some("endpoint-without-credentials"),
+            with(|v| v["source"]["endpointList"] = json!(["http://root:pw@s:2379"])),
+        ),
+        case(
+            "a CA with insecureSkipVerify",
+            Some("ca-with-insecure-skip-verify"),
+            with(|v| {
+                v["target"]["endpointList"] = json!(["https://t:2379"]);
+                v["target"]["tls"] = json!({"caBundleRef": {"name": "ca"}, "insecureSkipVerify": true, "insecureSkipVerifyAcknowledgeRisk": true});
+            }),
+        ),
+        case(
             "empty tls.secretRef.name",
             Some("ref-name-not-empty"),
             with(|v| {
@@ -225,7 +255,10 @@ pub fn cases() -> Vec<Case> {
         case(
             "empty auth.secretRef.name",
             Some("ref-name-not-empty"),
-            with(|v| v["source"]["auth"] = json!({"secretRef": {"name": ""}})),
+            with(|v| {
+                v["source"]["auth"] =
+                    json!({"secretRef": {"name": ""}, "plaintextAcknowledgeRisk": true})
+            }),
         ),
         case(
             "empty serviceRef.name",
