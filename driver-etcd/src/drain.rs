@@ -284,3 +284,75 @@ pub async fn drain(
     line.end();
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use tidemark_runtime::{Admin, AdminConfig, ControlAddr, ControlConfig, ControlListen};
+
+    /// An admin server whose `drain` control publishes a cut-over record in /statusz.
+    async fn agent(control: ControlConfig) -> tidemark_runtime::AdminServer {
+        let mut admin = Admin::new("t", "0");
+        let handle = admin.handle();
+        handle.set_status(serde_json::json!({"phase": "Syncing"}));
+        let mut drains = admin.control("drain", 1);
+        tokio::spawn(async move {
+            while let Some(req) = drains.recv().await {
+                handle.set_status(serde_json::json!({
+                    "phase": "Drained",
+                    "conditions": {"CutoverReady": {"status": true}},
+                    "cutover": {"drainedRevision": 7},
+                }));
+                req.accept(serde_json::json!({"accepted": "drain"}));
+            }
+        });
+        let config = AdminConfig {
+            addr: "127.0.0.1:0".into(),
+            control,
+            ..AdminConfig::default()
+        };
+        admin.serve(&config).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn drains_over_a_token_guarded_tcp_listener() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "0123456789abcdef0123\n").unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let server = agent(ControlConfig {
+            listen: ControlListen::Tcp("127.0.0.1:0".into()),
+            token_file: Some(token.clone()),
+        })
+        .await;
+        let Some(ControlAddr::Tcp(addr)) = server.control_addr().cloned() else {
+            panic!("no TCP control listener");
+        };
+        let client = ControlClient::tcp(&addr.to_string());
+        match drain(&client, Duration::from_secs(5), false).await {
+            Err(DrainError::Refused { code: 401, .. }) => {}
+            other => panic!("drained without the token: {other:?}"),
+        }
+        let client = client.with_token_file(&token).unwrap();
+        let cut = drain(&client, Duration::from_secs(5), false).await.unwrap();
+        assert_eq!(cut["drainedRevision"], 7);
+        server.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn drains_over_a_unix_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("control.sock");
+        let server = agent(ControlConfig {
+            listen: ControlListen::Unix(sock.clone()),
+            token_file: None,
+        })
+        .await;
+        let cut = drain(&ControlClient::unix(&sock), Duration::from_secs(5), false)
+            .await
+            .unwrap();
+        assert_eq!(cut["drainedRevision"], 7);
+        server.shutdown().await.unwrap();
+    }
+}

@@ -233,6 +233,13 @@ impl Checkpoint {
     /// field (JSON would let the last one win), an unknown field or trailing bytes are
     /// refused, and serde's message names the field.
     pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
+        // `encode` writes one compact object; JSON parsers allow whitespace around it, a
+        // record must not carry even that.
+        if bytes.first() != Some(&b'{') || bytes.last() != Some(&b'}') {
+            return Err(CheckpointError::Malformed(
+                "a record is one JSON object with no bytes before or after it".into(),
+            ));
+        }
         /// The version alone, read first so a newer record is refused by version.
         #[derive(Deserialize)]
         struct VersionOnly {
@@ -467,6 +474,22 @@ mod tests {
         assert!(Checkpoint::decode(v_twice.as_bytes()).is_err());
         let trailing = format!("{text}{{}}");
         assert!(Checkpoint::decode(trailing.as_bytes()).is_err());
+        for padded in [format!("{text} "), format!("{text}\n"), format!(" {text}")] {
+            assert!(
+                matches!(
+                    Checkpoint::decode(padded.as_bytes()),
+                    Err(CheckpointError::Malformed(_))
+                ),
+                "{padded:?}"
+            );
+        }
+        // A repeated key inside a nested object is refused as well, and named.
+        let anchor_twice = text.replacen("\"rev\":", "\"rev\":1,\"rev\":", 1);
+        assert_ne!(anchor_twice, text);
+        match Checkpoint::decode(anchor_twice.as_bytes()) {
+            Err(CheckpointError::Malformed(m)) => assert!(m.contains("rev"), "{m}"),
+            other => panic!("accepted a repeated nested field: {other:?}"),
+        }
     }
 
     #[test]
