@@ -13,6 +13,7 @@ pub mod error;
 pub mod exec;
 pub mod insecure;
 pub mod metrics;
+pub mod preflight;
 pub mod probe;
 pub mod resource;
 pub mod verify;

@@ -49,6 +49,10 @@ enum Cmd {
     /// Compare the target range with the rewritten source range key by key; exit 0 when
     /// equal. On a live source, retries until equal or --wait elapses.
     Verify(VerifyArgs),
+    /// Check a config against the live clusters without writing anything: reachability
+    /// and versions, permissions, limits, the fence, RequireEmpty, quota room and lag.
+    /// Exits 0 when all pass, 1 on warnings, 2 on a blocker.
+    Preflight(PreflightArgs),
     /// Ask a running agent to drain and cut over (POST /v1/drain on its control listener),
     /// wait for the cut-over, and print the cut-over record (`status.cutover`) as JSON;
     /// exit 0 on CutoverReady. (Under `run --resource`, set `spec.mode: Drain` instead.)
@@ -75,6 +79,51 @@ struct DrainArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct PreflightArgs {
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    output: OutputFormat,
+    /// Most source keys read to size the range and find its largest value.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    sample_keys: u64,
+}
+
+/// Where the spec comes from: a config file, or an EtcdMirror (`run` and `preflight`).
+#[derive(Debug, clap::Args)]
+struct SpecArgs {
+    /// Mirror config (YAML or JSON, EtcdMirror field names).
+    #[arg(
+        long,
+        short = 'c',
+        value_name = "FILE",
+        required_unless_present = "resource",
+        conflicts_with = "resource"
+    )]
+    config: Option<PathBuf>,
+    /// Take the spec from this EtcdMirror (its Secrets and Services resolved); `run` also
+    /// writes its status back through the status subresource. In-cluster credentials unless
+    /// --kubeconfig or --context is given.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    resource: Option<tidemark_api::ResourceRef>,
+    /// Kubeconfig file for --resource.
+    #[arg(long, value_name = "FILE", requires = "resource")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for --resource.
+    #[arg(long, value_name = "NAME", requires = "resource")]
+    context: Option<String>,
+    #[command(flatten)]
+    overrides: OverrideArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
 struct VerifyArgs {
     #[command(flatten)]
     cfg: ConfigArgs,
@@ -98,27 +147,8 @@ struct ConfigArgs {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// Mirror config (YAML or JSON, EtcdMirror field names).
-    #[arg(
-        long,
-        short = 'c',
-        value_name = "FILE",
-        required_unless_present = "resource",
-        conflicts_with = "resource"
-    )]
-    config: Option<PathBuf>,
-    /// Take the spec from this EtcdMirror and write its status back through the status
-    /// subresource (in-cluster credentials unless --kubeconfig or --context is given).
-    #[arg(long, value_name = "NAMESPACE/NAME")]
-    resource: Option<tidemark_api::ResourceRef>,
-    /// Kubeconfig file for --resource.
-    #[arg(long, value_name = "FILE", requires = "resource")]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context for --resource.
-    #[arg(long, value_name = "NAME", requires = "resource")]
-    context: Option<String>,
     #[command(flatten)]
-    overrides: OverrideArgs,
+    spec: SpecArgs,
     #[command(flatten)]
     admin: AdminArgs,
     /// Log line format on stderr.
@@ -251,7 +281,7 @@ type FromResource = (
 /// The validated config to run, from `--config` or `--resource`; nothing has connected to
 /// etcd yet.
 async fn run_spec(
-    a: &RunArgs,
+    a: &SpecArgs,
     secrets: &std::path::Path,
 ) -> anyhow::Result<(MirrorConfig, Option<FromResource>)> {
     let overrides = a.overrides.to_overrides();
@@ -293,6 +323,7 @@ fn main() -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             Cmd::Drain(a) => drain(a).await,
+            Cmd::Preflight(a) => preflight(a).await,
             Cmd::CheckConfig(a) => {
                 let c = load(&a)?;
                 println!(
@@ -386,10 +417,11 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
                 scratch.display()
             )
         })?;
-    let (config, resource) = run_spec(&a, secrets.path()).await?;
+    let (config, resource) = run_spec(&a.spec, secrets.path()).await?;
     for w in tidemark_etcd::config::warnings(&config) {
         tracing::warn!(field = %w.field, "{}", w.problem);
     }
+    start_checks(&config).await?;
     let exec = Executor::from_config(&config)?;
     let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
     let mut mirror = Mirror::new(config.clone(), seed)?;
@@ -587,6 +619,74 @@ async fn verify(a: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
+}
+
+async fn preflight(a: PreflightArgs) -> anyhow::Result<ExitCode> {
+    tidemark_runtime::logging::init(LogFormat::Plain, "error")?;
+    let secrets = tempfile::Builder::new()
+        .prefix("tidemark-secrets-")
+        .tempdir()
+        .context("creating a directory for Secret material (TMPDIR)")?;
+    let (config, _) = run_spec(&a.spec, secrets.path()).await?;
+    let opts = tidemark_etcd::preflight::Options {
+        sample_keys: a.sample_keys,
+    };
+    let report =
+        tidemark_etcd::preflight::check(&config, tidemark_etcd::preflight::Scope::Full, &opts)
+            .await?;
+    match a.output {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "result": report.worst(),
+                "findings": report.findings,
+            }))?
+        ),
+        OutputFormat::Text => tidemark_etcd::preflight::print(&report),
+    }
+    Ok(ExitCode::from(report.worst().exit_code()))
+}
+
+/// The permission and limit checks of `preflight`, before the mirror writes anything; a
+/// blocker stops `run` with exit code 2 and preflight's message.
+async fn start_checks(config: &MirrorConfig) -> anyhow::Result<()> {
+    use tidemark_etcd::preflight::{check, Options, Scope, START_BUDGET};
+    let report = match tokio::time::timeout(
+        START_BUDGET,
+        check(config, Scope::Start, &Options::default()),
+    )
+    .await
+    {
+        Ok(r) => r?,
+        Err(_) => {
+            tracing::warn!("start checks did not finish within {START_BUDGET:?}; starting anyway");
+            return Ok(());
+        }
+    };
+    for f in &report.findings {
+        match f.level {
+            tidemark_etcd::preflight::Level::Pass => {
+                tracing::debug!(check = %f.check, "{}", f.detail)
+            }
+            tidemark_etcd::preflight::Level::Warn => {
+                tracing::warn!(check = %f.check, "{}", f.detail)
+            }
+            tidemark_etcd::preflight::Level::Block => {
+                tracing::error!(check = %f.check, "{}", f.detail)
+            }
+        }
+    }
+    let blockers: Vec<String> = report
+        .blockers()
+        .map(|f| format!("{}: {}", f.check, f.detail))
+        .collect();
+    if !blockers.is_empty() {
+        bail!(
+            "refusing to start; nothing was written:\n  {}",
+            blockers.join("\n  ")
+        );
+    }
+    Ok(())
 }
 
 async fn drain(a: DrainArgs) -> anyhow::Result<ExitCode> {

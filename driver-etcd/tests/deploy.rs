@@ -63,6 +63,17 @@ fn allows(rule: &Value, r: &AuditRecord) -> bool {
         && (names.is_empty() || r.name.as_ref().is_some_and(|n| names.contains(n)))
 }
 
+/// Kills the agent when the test ends, passed or not: a leftover would hold the
+/// Deployment's fixed port for the next run.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A directory tree standing in for the pod's filesystem.
 struct Pod {
     /// The read-only root: working directory and HOME.
@@ -201,7 +212,8 @@ async fn the_shipped_deployment_starts_and_serves_only_probes() {
         cmd.uid(uid).gid(gid);
     }
     let audit_from = server.audit().len();
-    let mut child = cmd.spawn().unwrap();
+    let mut child = Reaped(cmd.spawn().unwrap());
+    let child = &mut child.0;
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
 
     // The kubelet's view: the pod IP, the probe paths.
@@ -249,7 +261,13 @@ async fn the_shipped_deployment_starts_and_serves_only_probes() {
     );
     let status = get("/statusz").unwrap().1;
     let status: Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(status["phase"], "Syncing", "{status}");
+    assert_eq!(
+        status["phase"],
+        "Syncing",
+        "{status}\nagent log:\n{}\nsource etcd log:\n{}",
+        read_log(),
+        src.log()
+    );
 
     // Graceful SIGTERM within the pod's grace period.
     let grace = pod_spec["terminationGracePeriodSeconds"].as_u64().unwrap();

@@ -6,9 +6,9 @@
 mod support;
 
 use std::time::Duration;
-use support::agent::{bin, config, converge, load, revision, Proc};
+use support::agent::{bin, config, converge, load, password_auth, revision, Proc};
 use support::{Etcd, Flags, V};
-use tidemark_core::config::{AuthSpec, InitialSyncMode};
+use tidemark_core::config::InitialSyncMode;
 use tidemark_core::mirror::Checkpoint;
 
 const SEC: Duration = Duration::from_secs(1);
@@ -234,23 +234,11 @@ async fn wrong_password_is_permanent_and_writes_nothing() {
     cfg.target.auth = Some(password_auth(dir.path(), "root", wrong));
     let mut a = Proc::start(&cfg, dir.path(), "a");
     let status = a.exit(20 * SEC);
-    assert_eq!(status.code(), Some(1), "{}", a.log());
+    // Refused by the start checks, as a configuration problem: exit 2, nothing written.
+    assert_eq!(status.code(), Some(2), "{}", a.log());
     assert!(a.log().contains("authentication failed"), "{}", a.log());
+    assert!(a.log().contains("nothing was written"), "{}", a.log());
     assert!(!a.log().contains(wrong), "the password reached the log");
-}
-
-/// `auth` with the password in a 0600 file, over plain http (acknowledged, as in tests).
-fn password_auth(dir: &std::path::Path, user: &str, password: &str) -> AuthSpec {
-    use std::os::unix::fs::PermissionsExt;
-    let pw = dir.join(format!("{user}.pw"));
-    std::fs::write(&pw, format!("{password}\n")).unwrap();
-    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).unwrap();
-    AuthSpec {
-        username: Some(user.into()),
-        password_file: Some(pw.display().to_string()),
-        secret_ref: None,
-        plaintext_acknowledge_risk: true,
-    }
 }
 
 /// A password the agent uses for real never appears in its logs (at debug level), in
@@ -462,8 +450,20 @@ async fn self_mirror_is_refused_by_cluster_identity() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The start checks compare cluster IDs before the mirror starts: exit 2.
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("DirectionConflict"), "{err}");
+    assert_eq!(revision(&e).await, before, "nothing written");
+    // Without the start checks, the core refuses it at connect, by cluster ID, too.
+    let mut c = config(&e, "/app/", &e, "/app/mirror/");
+    c.target.endpoint_list = vec![other_name.clone()];
+    let mut a = support::agent::InProc::start(c, 7);
+    match a.stopped(20 * SEC).await {
+        (tidemark_core::mirror::StopReason::Failed { kind, .. }, _) => {
+            assert_eq!(kind.name(), "DirectionConflict")
+        }
+        other => panic!("expected DirectionConflict, got {other:?}"),
+    }
     assert_eq!(revision(&e).await, before, "nothing written");
 }
 

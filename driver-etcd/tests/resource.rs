@@ -417,3 +417,56 @@ async fn a_secret_password_stays_out_of_status_and_logs() {
         "the Secret material outlived the agent"
     );
 }
+
+/// `preflight --resource` reads the spec (and its Secrets) as `run --resource` does and
+/// checks it against the live clusters, writing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_reads_the_etcdmirror() {
+    let Some(src) = Etcd::start(V::V35, Flags::default()).await else {
+        return;
+    };
+    let Some(tgt) = Etcd::start(V::V35, Flags::default()).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, api, kubeconfig) = apiserver(dir.path()).await;
+    load(&src, "/app/", 20, 16).await;
+    create(&api, "p", config(&src, "/app/", &tgt, "/mirror/")).await;
+    let before = revision(&tgt).await;
+    let out = std::process::Command::new(bin())
+        .args(["preflight", "--output", "json", "--resource"])
+        .arg(format!("{NS}/p"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(j["result"], "pass", "{j}");
+    let checks: Vec<&str> = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["check"].as_str().unwrap())
+        .collect();
+    for c in [
+        "source.read",
+        "target.write",
+        "fence",
+        "target.empty",
+        "source.size",
+    ] {
+        assert!(checks.contains(&c), "{c} missing: {j}");
+    }
+    assert_eq!(
+        revision(&tgt).await,
+        before,
+        "preflight wrote to the target"
+    );
+}

@@ -272,6 +272,20 @@ pub fn exchange(addr: &str, req: &str) -> Option<(u16, String)> {
     Some((code, body.to_string()))
 }
 
+/// `auth` with the password in a 0600 file, over plain http (acknowledged, as in tests).
+pub fn password_auth(dir: &Path, user: &str, password: &str) -> tidemark_core::config::AuthSpec {
+    use std::os::unix::fs::PermissionsExt;
+    let pw = dir.join(format!("{user}.pw"));
+    std::fs::write(&pw, format!("{password}\n")).expect("password file");
+    std::fs::set_permissions(&pw, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    tidemark_core::config::AuthSpec {
+        username: Some(user.into()),
+        password_file: Some(pw.display().to_string()),
+        secret_ref: None,
+        plaintext_acknowledge_risk: true,
+    }
+}
+
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tidemark-mirror"))
 }
