@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::Duration;
 use tidemark_core::inventory::{
-    Mode, Outcome, Reason, RecordOutcome, Recorder, RecorderConfig, Recovery, RecoveryConfig,
-    RecoveryOutcome, Scope, DEFAULT_SECRET_NAMESPACE,
+    Mode, Outcome, Policy, Reason, RecordOutcome, Recorder, RecorderConfig, Recovery,
+    RecoveryConfig, RecoveryOutcome, Scope, DEFAULT_SECRET_NAMESPACE,
 };
 use tidemark_core::rng::Rng;
 
@@ -44,6 +44,12 @@ pub struct ControllerConfig {
     pub resync: Duration,
     /// Bound of one Kubernetes request.
     pub request_timeout: Duration,
+    /// Namespace checks, protected kinds and the deletion budget of recovery.
+    pub policy: Policy,
+    /// Longest wait for one deletion group's objects to be gone before the next starts.
+    pub group_wait: Duration,
+    /// How often a waiting group's objects are read again.
+    pub wait_poll: Duration,
 }
 
 impl Default for ControllerConfig {
@@ -58,6 +64,9 @@ impl Default for ControllerConfig {
             max_backoff: Duration::from_secs(300),
             resync: Duration::from_secs(600),
             request_timeout: Duration::from_secs(30),
+            policy: Policy::default(),
+            group_wait: Duration::from_secs(300),
+            wait_poll: Duration::from_secs(2),
         }
     }
 }
@@ -89,6 +98,9 @@ impl ControllerConfig {
             secret_namespace: self.secret_namespace.clone(),
             mode,
             request_timeout: self.request_timeout,
+            policy: self.policy.clone(),
+            group_wait: self.group_wait,
+            wait_poll: self.wait_poll,
             ..RecoveryConfig::default()
         }
     }
@@ -100,6 +112,7 @@ impl ControllerConfig {
             scope: self.scope(),
             secret_namespace: self.secret_namespace.clone(),
             request_timeout: self.request_timeout,
+            allow_cross_namespace_lineage: self.policy.allow_cross_namespace_lineage,
             ..RecorderConfig::default()
         }
     }
@@ -376,6 +389,24 @@ impl Controller {
                             ),
                         )
                         .await;
+                    }
+                    Outcome::Held {
+                        deletions, limit, ..
+                    } => {
+                        self.publish(
+                            namespace,
+                            name,
+                            &uuid,
+                            EventType::Warning,
+                            "RecoveryHeld",
+                            format!(
+                                "recovery would delete {deletions} resources, more than the limit of {limit}; nothing deleted. \
+                                 Check `tidemark-inventory recover --composition {namespace}/{name}`, then release it with \
+                                 `--apply --allow-deletions {deletions}` or record nothing with `--skip`"
+                            ),
+                        )
+                        .await;
+                        return Reconciled::Done;
                     }
                     Outcome::Planned(n) => {
                         self.publish(

@@ -342,7 +342,10 @@ async fn plan_mode_waits_for_the_operator() {
         ..ControllerConfig::default()
     };
     let out = tidemark_kube::ops::recover_once(&exec, &cfg, &ns, &c2, Mode::Apply).await;
-    assert!(tidemark_kube::ops::recovery_succeeded(&out), "{out:?}");
+    assert!(
+        tidemark_kube::ops::recovery_succeeded(Mode::Apply, &out),
+        "{out:?}"
+    );
     assert!(cms.get_opt(&names[1]).await.unwrap().is_none());
     wait_for("the new snapshot", || async {
         matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),

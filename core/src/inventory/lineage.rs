@@ -9,6 +9,7 @@
 use super::view::CompositionView;
 use super::ANN_LINEAGE;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 use thiserror::Error;
 
 /// Length of a derived lineage: 16 bytes of SHA-256 in lowercase hex.
@@ -94,6 +95,34 @@ pub fn lineage_conflicts(comp: &CompositionView, all: &[CompositionView]) -> Vec
     out
 }
 
+/// When `comp`'s lineage override names the default lineage of another namespace (one of
+/// the namespaces in `all`), a sentence saying so. A user who may create a Composition in
+/// one namespace must not be able to point recovery at another namespace's inventory.
+pub fn foreign_lineage(comp: &CompositionView, all: &[CompositionView]) -> Option<String> {
+    let value = comp.annotations.get(ANN_LINEAGE)?;
+    let synthesizers: BTreeSet<&str> = all
+        .iter()
+        .chain([comp])
+        .map(|c| c.synthesizer_name.as_str())
+        .collect();
+    let namespaces: BTreeSet<&str> = all
+        .iter()
+        .map(|c| c.namespace.as_str())
+        .filter(|ns| *ns != comp.namespace)
+        .collect();
+    namespaces.iter().find_map(|ns| {
+        synthesizers
+            .iter()
+            .find(|s| default_lineage(ns, s) == *value)
+            .map(|s| {
+                format!(
+                    "the lineage override {value} on {}/{} is the lineage of synthesizer {s} in namespace {ns}",
+                    comp.namespace, comp.name
+                )
+            })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +174,21 @@ mod tests {
         pinned
             .annotations
             .insert(ANN_LINEAGE.into(), default_lineage("ns", "syn"));
-        assert_eq!(lineage_conflicts(&a, &[a.clone(), pinned]), ["other-ns/p"]);
+        assert_eq!(
+            lineage_conflicts(&a, &[a.clone(), pinned.clone()]),
+            ["other-ns/p"]
+        );
+        // The override is another namespace's lineage: foreign, even with `a` gone.
+        assert!(foreign_lineage(&pinned, &[a.clone(), pinned.clone()])
+            .is_some_and(|d| d.contains("namespace ns")));
+        assert_eq!(
+            foreign_lineage(&pinned, std::slice::from_ref(&pinned)),
+            None
+        );
+        assert_eq!(foreign_lineage(&a, std::slice::from_ref(&a)), None);
+        let mut own = comp("ns", "o", "u8", "syn");
+        own.annotations
+            .insert(ANN_LINEAGE.into(), default_lineage("ns", "syn"));
+        assert_eq!(foreign_lineage(&own, &[a, pinned]), None);
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! 1. GET the Composition; check eligibility (enabled, scope, opt-in, Ready, finished
 //!    recovery decision for the current UUID) and its lineage.
-//! 2. LIST Compositions: another live one with the same lineage => `LineageConflict`.
+//! 2. LIST Compositions of every namespace: another live one with the same lineage, or an
+//!    override naming another namespace's lineage (unless allowed), => `LineageConflict`.
 //! 3. Read *all* the synthesis's ResourceSlices; stop on a missing, terminating or malformed one.
 //! 4. For each chunk `i`: GET the Secret; identical => skip; a newer snapshot's chunk (or a
 //!    Secret that is not ours) => stop, never overwrite; otherwise re-read the Composition
@@ -20,7 +21,7 @@ use super::chunk::DEFAULT_CHUNK_LIMIT;
 use super::eligibility::{check_recording, Ineligible, Scope};
 use super::entry::entries_from_slices;
 use super::kube::{Command, CommandId, Input, KubeError, Output, Reply};
-use super::lineage::{lineage_conflicts, lineage_of};
+use super::lineage::{foreign_lineage, lineage_conflicts, lineage_of};
 use super::secret::{build_snapshot_secrets, Secret, SnapshotSource};
 use super::timestamp::Timestamp;
 use super::view::{CompositionView, SliceView};
@@ -45,6 +46,9 @@ pub struct RecorderConfig {
     pub max_conflict_retries: u32,
     /// How long to wait for one reply before stopping with a retryable failure.
     pub request_timeout: Duration,
+    /// Record under an override that names another namespace's lineage (see
+    /// [`super::budget::Policy::allow_cross_namespace_lineage`]).
+    pub allow_cross_namespace_lineage: bool,
 }
 
 impl Default for RecorderConfig {
@@ -56,6 +60,7 @@ impl Default for RecorderConfig {
             chunk_limit: DEFAULT_CHUNK_LIMIT,
             max_conflict_retries: 5,
             request_timeout: Duration::from_secs(30),
+            allow_cross_namespace_lineage: false,
         }
     }
 }
@@ -75,7 +80,8 @@ pub enum RecordOutcome {
     },
     /// Nothing to do for now (not an error).
     NotEligible(Ineligible),
-    /// Other live Compositions (`namespace/name`) share the lineage: nothing recorded.
+    /// Other live Compositions (`namespace/name`) share the lineage, or (a sentence) the
+    /// lineage override names another namespace's lineage: nothing recorded.
     LineageConflict {
         lineage: String,
         others: Vec<String>,
@@ -335,14 +341,15 @@ impl Recorder {
         self.comp = c;
         self.queued = Some((
             Step::ListCompositions,
-            Command::ListCompositions {
-                namespace: self.cfg.scope.namespace.clone(),
-            },
+            Command::ListCompositions { namespace: None },
         ));
     }
 
     fn on_compositions(&mut self, all: &[CompositionView]) {
-        let others = lineage_conflicts(&self.comp, all);
+        let mut others = lineage_conflicts(&self.comp, all);
+        if others.is_empty() && !self.cfg.allow_cross_namespace_lineage {
+            others.extend(foreign_lineage(&self.comp, all));
+        }
         if !others.is_empty() {
             return self.stop(RecordOutcome::LineageConflict {
                 lineage: self.lineage.clone(),
