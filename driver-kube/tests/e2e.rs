@@ -220,6 +220,14 @@ async fn recreated_composition_recovers_then_records() {
     }
 }
 
+async fn create_configmaps(cms: &Api<ConfigMap>, names: &[String]) {
+    for n in names {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(n.clone());
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
 fn event_reasons(env: &Env) -> Vec<(String, String)> {
     let Some(server) = env.server.as_ref() else {
         return Vec::new();
@@ -287,11 +295,7 @@ async fn plan_mode_waits_for_the_operator() {
         .iter()
         .map(|n| env.name(&format!("cm-{n}")))
         .collect();
-    for n in &names {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(n.clone());
-        cms.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    create_configmaps(&cms, &names).await;
     let (stop, h) = start_controller(&env, Mode::Plan);
 
     let (c1, s1) = (env.name("p1"), env.name("p1-slice"));
@@ -441,11 +445,7 @@ async fn hand_edited_history_is_invalid_and_deletes_nothing() {
         .iter()
         .map(|n| env.name(&format!("cm-{n}")))
         .collect();
-    for n in &names {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(n.clone());
-        cms.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    create_configmaps(&cms, &names).await;
     let (stop, h) = start_controller(&env, Mode::Apply);
     let all: Vec<_> = names
         .iter()
@@ -515,6 +515,77 @@ async fn hand_edited_history_is_invalid_and_deletes_nothing() {
     );
     if env.simulated() {
         assert!(event_reasons(&env).contains(&(c2.clone(), "InventoryInvalid".into())));
+    }
+    let _ = stop.send(());
+    h.await.unwrap();
+    for n in &names {
+        cms.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_plan_over_budget_is_held_with_an_event() {
+    use common::eno_objects;
+    use tidemark_core::inventory::Mode;
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
+    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+    let synth = env.name("held-synth");
+    let names: Vec<String> = ["h1", "h2", "h3"].iter().map(|n| env.name(n)).collect();
+    create_configmaps(&cms, &names).await;
+    let (stop, h) = start_controller(&env, Mode::Apply);
+    let all: Vec<_> = names
+        .iter()
+        .map(|n| eno_objects::manifest(&ns, n, &[]))
+        .collect();
+    let (c1, s1) = (env.name("held-1"), env.name("held-1-slice"));
+    eno_objects::slice(&slices, &s1, "uuid-h1", all.clone()).await;
+    eno_objects::composition(&comps, &c1, &synth, "uuid-h1", "2026-05-01T00:00:00Z", &s1).await;
+    let decided = |c: String| {
+        let comps = comps.clone();
+        async move {
+            comps
+                .get(&c)
+                .await
+                .ok()
+                .and_then(|c| c.annotation(DECISION_ANNOTATION).map(str::to_string))
+                .and_then(|a| Decision::parse(&a).ok())
+                .map(|d| d.outcome)
+        }
+    };
+    wait_for("the first decision", || async {
+        decided(c1.clone()).await.is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    comps.delete(&c1, &DeleteParams::default()).await.unwrap();
+    slices.delete(&s1, &DeleteParams::default()).await.unwrap();
+
+    // Re-created with one of three: two deletions are over half of the snapshot.
+    let (c2, s2) = (env.name("held-2"), env.name("held-2-slice"));
+    eno_objects::slice(&slices, &s2, "uuid-h2", all[..1].to_vec()).await;
+    eno_objects::composition(&comps, &c2, &synth, "uuid-h2", "2026-05-02T00:00:00Z", &s2).await;
+    let held = Outcome::Held {
+        tombstones: 2,
+        deletions: 2,
+        limit: 1,
+    };
+    wait_for("the held plan", || async {
+        decided(c2.clone()).await == Some(held)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in &names {
+        assert!(cms.get_opt(n).await.unwrap().is_some(), "{n} kept");
+    }
+    if env.simulated() {
+        assert!(
+            event_reasons(&env).contains(&(c2.clone(), "RecoveryHeld".into())),
+            "{:?}",
+            event_reasons(&env)
+        );
     }
     let _ = stop.send(());
     h.await.unwrap();

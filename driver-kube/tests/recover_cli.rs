@@ -4,27 +4,11 @@
 mod common;
 
 use common::eno_objects::{composition, manifest, slice};
-use common::{kubeconfig_file, secret_namespace, Env};
+use common::{kubeconfig_file, run_inventory as run, secret_namespace, Env};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::Value;
-use std::process::Command;
 use tidemark_kube::eno::{Composition, ResourceSlice};
-
-fn run<S: AsRef<str>>(args: &[S]) -> (i32, Value) {
-    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_tidemark-inventory"))
-        .args(&args)
-        .output()
-        .expect("run tidemark-inventory");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("$ tidemark-inventory {}\n{stdout}", args.join(" "));
-    if !out.stderr.is_empty() {
-        eprintln!("stderr: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let v = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    (out.status.code().unwrap_or(-1), v)
-}
 
 // The binary blocks this thread while the server keeps serving on another worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
