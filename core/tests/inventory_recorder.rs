@@ -568,6 +568,7 @@ fn an_override_naming_another_namespaces_lineage_records_nothing() {
     bystander.namespace = "victim".into();
     bystander.name = "other".into();
     bystander.uid = "u8".into();
+    bystander.synthesizer_name = "unrelated".into();
     let mut r = Run::new(scoped());
     r.get_comp(c.clone());
     r.expect(
