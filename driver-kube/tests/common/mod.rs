@@ -96,6 +96,19 @@ pub fn secret_namespace(env: &Env) -> String {
     }
 }
 
+/// A plain HTTP/1.0 GET of the admin server on 127.0.0.1: the whole response, or `None`
+/// while nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
 /// Runs `tidemark-inventory` with `args`: its exit code and the JSON it printed (`Null`
 /// when it printed none).
 pub fn run_inventory<S: AsRef<str>>(args: &[S]) -> (i32, serde_json::Value) {
