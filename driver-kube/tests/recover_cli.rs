@@ -1,5 +1,6 @@
 //! `tidemark-inventory record` and `recover` (dry run, then `--apply`) run as the real binary
-//! against the conformance server (or a real cluster), on a re-created Composition.
+//! against the conformance server (namespace `shop`, not `default`) or a real cluster, on a
+//! re-created Composition.
 
 mod common;
 
@@ -14,7 +15,12 @@ use tidemark_kube::eno::{Composition, ResourceSlice};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_then_recover_dry_run_then_apply() {
     let env = Env::new().await;
-    let ns = env.ns.clone();
+    // Outside `default`: `record` and `recover` take their scope from --composition.
+    let ns = if env.simulated() {
+        "shop".to_string()
+    } else {
+        env.ns.clone()
+    };
     let kc = kubeconfig_file(&env);
     let kc = kc.to_str().expect("utf-8 path").to_string();
     let sns = secret_namespace(&env);

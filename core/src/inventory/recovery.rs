@@ -120,6 +120,7 @@ pub enum DeleteResult {
 
 /// How recovery waited for one deletion group before the next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct GroupWait {
     /// The group waited for.
     pub group: i64,
