@@ -210,6 +210,24 @@ fn unusable_input_fails_with_a_clear_message() {
     assert!(stderr.contains("neither JSON nor YAML"), "{stderr}");
     let _ = std::fs::remove_file(&tmp);
 
+    // Limits that would make the budget meaningless, and unknown protections, are refused
+    // with the fix.
+    let valid = fixtures().join("valid.yaml");
+    let v = valid.to_str().expect("utf-8");
+    for (flag, value, says) in [
+        ("--max-deletion-fraction", "1.5", "at most 1"),
+        ("--max-deletion-fraction", "0", "above 0"),
+        (
+            "--deletable-protected-kinds",
+            "Namespace,Secret",
+            "use Namespace, CustomResourceDefinition or kube-system",
+        ),
+    ] {
+        let (code, _, stderr) = run(&["inspect", "--secrets", v, "--lineage", "x", flag, value]);
+        assert_eq!(code, 2, "{flag} {value}");
+        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
+    }
+
     // Several lineages without --lineage: ambiguous, so no decision.
     let valid = fixtures().join("valid.yaml");
     let (code, _, stderr) = run(&["inspect", "--secrets", valid.to_str().expect("utf-8")]);
