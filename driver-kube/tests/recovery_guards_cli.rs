@@ -302,11 +302,7 @@ async fn an_override_into_another_namespace_and_a_future_snapshot_delete_nothing
         "{v}"
     );
 
-    // While team-z/evil lives, it shares team-a's lineage (a conflict for both), so it goes.
-    let evil: Api<Composition> = Api::namespaced(env.client.clone(), attacker);
-    evil.delete("evil", &DeleteParams::default())
-        .await
-        .expect("delete");
+    // team-z/evil stays: refused as foreign, it does not block team-a's own Composition.
     // team-a's own re-created Composition, synthesized before the snapshot: refused too.
     let uuid3 = "55555555-5555-4555-8555-555555555555";
     let app = vec![manifest(victim, "app", &[])];

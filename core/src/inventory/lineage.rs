@@ -123,6 +123,59 @@ pub fn foreign_lineage(comp: &CompositionView, all: &[CompositionView]) -> Optio
     })
 }
 
+/// Why a Composition may not use its lineage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineageProblem {
+    /// Other live Compositions (`namespace/name`, sorted) resolve to the same lineage.
+    Shared(Vec<String>),
+    /// The override names another namespace's lineage (the sentence says which).
+    Foreign(String),
+}
+
+impl LineageProblem {
+    /// A sentence for the decision detail and Events.
+    pub fn detail(&self, lineage: &str) -> String {
+        match self {
+            LineageProblem::Shared(others) => format!(
+                "lineage {lineage} is also used by live Compositions {}",
+                others.join(", ")
+            ),
+            LineageProblem::Foreign(d) => format!(
+                "{d}; start the controller with --allow-cross-namespace-lineage if that is intended"
+            ),
+        }
+    }
+}
+
+/// The lineage check recovery and recording make before they read or write a lineage, over
+/// the Compositions of every namespace. Unless `allow_cross_namespace`, a Composition whose
+/// override is foreign ([`foreign_lineage`]) is refused, and for that reason it does not count
+/// as sharing the lineage with the others: it never reads or writes it, and anyone who may
+/// create a Composition must not be able to block another namespace's recovery by naming
+/// its lineage.
+pub fn check_lineage(
+    comp: &CompositionView,
+    all: &[CompositionView],
+    allow_cross_namespace: bool,
+) -> Result<(), LineageProblem> {
+    if !allow_cross_namespace {
+        if let Some(d) = foreign_lineage(comp, all) {
+            return Err(LineageProblem::Foreign(d));
+        }
+    }
+    let candidates: Vec<CompositionView> = all
+        .iter()
+        .filter(|o| allow_cross_namespace || foreign_lineage(o, all).is_none())
+        .cloned()
+        .collect();
+    let shared = lineage_conflicts(comp, &candidates);
+    if shared.is_empty() {
+        Ok(())
+    } else {
+        Err(LineageProblem::Shared(shared))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +242,22 @@ mod tests {
         let mut own = comp("ns", "o", "u8", "syn");
         own.annotations
             .insert(ANN_LINEAGE.into(), default_lineage("ns", "syn"));
-        assert_eq!(foreign_lineage(&own, &[a, pinned]), None);
+        assert_eq!(foreign_lineage(&own, &[a.clone(), pinned.clone()]), None);
+
+        // `pinned` is refused as foreign, and so does not block `a` (unless moves are allowed).
+        let all = [a.clone(), pinned.clone()];
+        assert!(matches!(
+            check_lineage(&pinned, &all, false),
+            Err(LineageProblem::Foreign(_))
+        ));
+        assert_eq!(check_lineage(&a, &all, false), Ok(()));
+        assert_eq!(
+            check_lineage(&a, &all, true),
+            Err(LineageProblem::Shared(vec!["other-ns/p".into()]))
+        );
+        assert_eq!(
+            check_lineage(&pinned, &all, true),
+            Err(LineageProblem::Shared(vec!["ns/a".into()]))
+        );
     }
 }

@@ -66,7 +66,9 @@ pub use deletion_group::{deletion_order, effective_deletion_group};
 pub use eligibility::{Ineligible, Scope};
 pub use entry::{entries_from_slices, present_identities, Entry, Identity, ResourceId};
 pub use kube::{Command, CommandId, Input, KubeError, Machine, Output, Reply};
-pub use lineage::{default_lineage, foreign_lineage, lineage_conflicts, lineage_of};
+pub use lineage::{
+    check_lineage, default_lineage, foreign_lineage, lineage_conflicts, lineage_of, LineageProblem,
+};
 pub use plan::{check_snapshot, plan_recovery, tombstones_json, PlannedTombstone, RecoveryPlan};
 pub use recorder::{RecordOutcome, Recorder, RecorderConfig, RecorderStatus};
 pub use recovery::{Mode, Recovery, RecoveryConfig, RecoveryOutcome, RecoveryStatus};

@@ -21,7 +21,7 @@ use super::chunk::DEFAULT_CHUNK_LIMIT;
 use super::eligibility::{check_recording, Ineligible, Scope};
 use super::entry::entries_from_slices;
 use super::kube::{Command, CommandId, Input, KubeError, Output, Reply};
-use super::lineage::{foreign_lineage, lineage_conflicts, lineage_of};
+use super::lineage::{check_lineage, lineage_of, LineageProblem};
 use super::secret::{build_snapshot_secrets, Secret, SnapshotSource};
 use super::timestamp::Timestamp;
 use super::view::{CompositionView, SliceView};
@@ -346,11 +346,12 @@ impl Recorder {
     }
 
     fn on_compositions(&mut self, all: &[CompositionView]) {
-        let mut others = lineage_conflicts(&self.comp, all);
-        if others.is_empty() && !self.cfg.allow_cross_namespace_lineage {
-            others.extend(foreign_lineage(&self.comp, all));
-        }
-        if !others.is_empty() {
+        let problem = check_lineage(&self.comp, all, self.cfg.allow_cross_namespace_lineage);
+        if let Err(p) = problem {
+            let others = match p {
+                LineageProblem::Shared(others) => others,
+                LineageProblem::Foreign(detail) => vec![detail],
+            };
             return self.stop(RecordOutcome::LineageConflict {
                 lineage: self.lineage.clone(),
                 others,

@@ -32,7 +32,7 @@ use super::decision::{Decision, Outcome, DECISION_ANNOTATION};
 use super::eligibility::{check_common, current_decision, Ineligible, Scope};
 use super::entry::{entries_from_slices, present_identities, Identity, ResourceId};
 use super::kube::{Command, CommandId, Input, KubeError, Output, Reply};
-use super::lineage::{foreign_lineage, lineage_conflicts, lineage_of};
+use super::lineage::{check_lineage, lineage_of};
 use super::plan::{plan_recovery, PlannedTombstone};
 use super::recorder::ordered_slices;
 use super::secret::Secret;
@@ -506,20 +506,13 @@ impl Recovery {
     }
 
     fn on_compositions(&mut self, all: &[CompositionView]) {
-        let others = lineage_conflicts(&self.comp, all);
-        let conflict = if !others.is_empty() {
-            Some(format!(
-                "lineage {} is also used by live Compositions {}",
-                self.plan.lineage,
-                others.join(", ")
-            ))
-        } else if self.cfg.policy.allow_cross_namespace_lineage {
-            None
-        } else {
-            foreign_lineage(&self.comp, all).map(|d| {
-                format!("{d}; start the controller with --allow-cross-namespace-lineage if that is intended")
-            })
-        };
+        let conflict = check_lineage(
+            &self.comp,
+            all,
+            self.cfg.policy.allow_cross_namespace_lineage,
+        )
+        .err()
+        .map(|p| p.detail(&self.plan.lineage));
         if let Some(detail) = conflict {
             self.plan.selection = Some(Selection::Invalid(Invalid {
                 reason: Reason::LineageConflict,
