@@ -15,7 +15,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::controller::{Action, Config as RuntimeConfig};
 use kube::runtime::watcher;
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -324,7 +324,13 @@ impl Controller {
                     // already logged and backed off.
                     Some(Err(e)) => tracing::debug!(error = %e, "controller stream"),
                 },
-                _ = heartbeat.tick() => {}
+                _ = heartbeat.tick() => {
+                    // Forget the timing of Compositions that are gone.
+                    let live: BTreeSet<(String, String)> =
+                        store.state().iter().map(|o| key_of(o)).collect();
+                    lock(&self.shared.limits).retain(|k, _| live.contains(k));
+                    self.shared.reconciler.forget_except(&live);
+                }
             }
             self.shared
                 .reconciler

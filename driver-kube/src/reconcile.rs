@@ -81,6 +81,12 @@ impl Reconciler {
         lock(&self.stats).clone()
     }
 
+    /// Forgets the Events published for Compositions not in `live` (deleted ones), so the
+    /// memo does not grow with every Composition ever seen.
+    pub fn forget_except(&self, live: &BTreeSet<(String, String)>) {
+        lock(&self.emitted).retain(|(ns, name, _, _)| live.contains(&(ns.clone(), name.clone())));
+    }
+
     /// Updates the counters.
     pub fn count(&self, f: impl FnOnce(&mut ControllerStats)) {
         f(&mut lock(&self.stats));
