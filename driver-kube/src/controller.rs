@@ -274,7 +274,7 @@ impl Controller {
     }
 
     /// Watches and reconciles until `shutdown` resolves, then lets running reconciles end
-    /// (for at most [`STOP_GRACE`]). `on_tick` sees the counters after every reconcile and
+    /// (for at most 30 s). `on_tick` sees the counters after every reconcile and
     /// every 10 s (heartbeat, status).
     pub async fn run(
         self,
