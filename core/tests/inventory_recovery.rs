@@ -106,6 +106,19 @@ impl Run {
         })
     }
 
+    /// An applying run that waits up to `group_wait_secs` for a group, reading every 2 s.
+    fn waiting(group_wait_secs: u64) -> Run {
+        Run::with(RecoveryConfig {
+            group_wait: std::time::Duration::from_secs(group_wait_secs),
+            wait_poll: std::time::Duration::from_secs(2),
+            policy: Policy {
+                max_deletion_fraction: 1.0,
+                ..Policy::default()
+            },
+            ..RecoveryConfig::default()
+        })
+    }
+
     fn with(cfg: RecoveryConfig) -> Run {
         Run {
             m: Recovery::new(cfg, "ns", "comp-new", ts(T_NOW)),
@@ -604,15 +617,7 @@ fn decided(r: &mut Run) -> (Outcome, recovery::Plan) {
 
 #[test]
 fn the_next_group_waits_for_slow_finalizers_then_gives_up_after_the_wait() {
-    let mut r = Run::with(RecoveryConfig {
-        group_wait: std::time::Duration::from_secs(10),
-        wait_poll: std::time::Duration::from_secs(2),
-        policy: Policy {
-            max_deletion_fraction: 1.0,
-            ..Policy::default()
-        },
-        ..RecoveryConfig::default()
-    });
+    let mut r = Run::waiting(10);
     r.through_selection(old_snapshot());
     r.deletes(&comp(), &id("early"), "ue");
     // A finalizer holds `early`: group 100 does not start; the machine waits and reads again.
@@ -632,6 +637,28 @@ fn the_next_group_waits_for_slow_finalizers_then_gives_up_after_the_wait() {
     assert_eq!(plan.waits[0].group, -1);
     assert_eq!(plan.waits[0].rounds, 6);
     assert_eq!(plan.waits[0].gave_up_on, [id("early")]);
+}
+
+#[test]
+fn an_object_that_survives_its_delete_without_terminating_fails_the_recovery() {
+    let mut r = Run::waiting(4);
+    r.through_selection(old_snapshot());
+    r.deletes(&comp(), &id("early"), "ue");
+    // Same UID, no deletionTimestamp: the delete did not take. Group 100 never starts.
+    for _ in 0..2 {
+        r.expect(Command::GetResource { id: id("early") }, object("ue", &[]));
+        r.sleeps();
+    }
+    r.expect(Command::GetResource { id: id("early") }, object("ue", &[]));
+    match r.stopped() {
+        RecoveryOutcome::Failed {
+            detail, retryable, ..
+        } => {
+            assert!(retryable);
+            assert!(detail.contains("without a deletionTimestamp"), "{detail}");
+        }
+        o => panic!("{o:?}"),
+    }
 }
 
 #[test]

@@ -20,7 +20,8 @@
 //!    `eno.azure.io/deletion-strategy: orphan`, else DELETE with a UID precondition. Before
 //!    the next group starts, the objects of the group are read again every
 //!    [`RecoveryConfig::wait_poll`] until all are gone, or until [`RecoveryConfig::group_wait`]
-//!    has passed (finalizers that never finish must not stop recovery forever). Time enters
+//!    has passed and those left are terminating (finalizers that never finish must not stop
+//!    recovery forever); one left that is not even terminating fails the recovery (retried). Time enters
 //!    through `poll_output`/`handle_input`: the wait is an `Output::Timeout`.
 //!    [`Mode::Plan`]: no deletes, `Planned(n)` (or `Held`).
 //! 5. Re-read the Composition and write the decision annotation with its resourceVersion as
@@ -253,6 +254,8 @@ struct Wait {
     next: usize,
     /// Objects found still present in this round.
     still: Vec<(ResourceId, String)>,
+    /// Those of them without a deletionTimestamp: a delete that did not take.
+    lingering: Vec<ResourceId>,
     /// Set between rounds: the next round starts at this time.
     sleep_until: Option<Instant>,
 }
@@ -619,6 +622,7 @@ impl Recovery {
             rounds: 0,
             next: 0,
             still: Vec::new(),
+            lingering: Vec::new(),
             sleep_until: None,
         });
         self.wait_round();
@@ -632,6 +636,7 @@ impl Recovery {
         w.rounds += 1;
         w.next = 0;
         w.still.clear();
+        w.lingering.clear();
         w.sleep_until = None;
         self.status.wait_rounds += 1;
         self.wait_get();
@@ -658,6 +663,9 @@ impl Recovery {
         if let (Some(o), Some((id, uid))) = (o, self.group_pending.get(w.next)) {
             if o.uid == *uid || uid.is_empty() {
                 w.still.push((id.clone(), uid.clone()));
+                if !o.terminating {
+                    w.lingering.push(id.clone());
+                }
             }
         }
         w.next += 1;
@@ -673,6 +681,24 @@ impl Recovery {
             self.group_pending = std::mem::take(&mut w.still);
             w.sleep_until = Some((self.now + self.cfg.wait_poll).min(w.deadline));
             return;
+        }
+        // Only terminating objects (finalizers) may be left behind; one that is not even
+        // terminating after its delete was accepted means the order cannot be trusted.
+        if !w.lingering.is_empty() {
+            let names: Vec<String> = w.lingering.iter().map(|id| format!("{id:?}")).collect();
+            let detail = format!(
+                "group {} was deleted, but after {:?} these still exist without a deletionTimestamp: {}; \
+                 find what re-creates or protects them (an admission webhook, another controller); \
+                 the next reconcile starts recovery again",
+                w.group,
+                self.cfg.group_wait,
+                names.join(", ")
+            );
+            return self.stop(RecoveryOutcome::Failed {
+                detail,
+                error: None,
+                retryable: true,
+            });
         }
         self.plan.waits.push(GroupWait {
             group: w.group,
