@@ -302,6 +302,29 @@ async fn an_override_into_another_namespace_and_a_future_snapshot_delete_nothing
         "{v}"
     );
 
+    // Nor may it record into team-a's lineage (its decision is finished, so recording runs).
+    let (code, out) = cli.run(&["record", "--composition", &format!("{attacker}/evil")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out["record"]["outcome"]["LineageConflict"].is_object(),
+        "{out}"
+    );
+    let secrets: Api<K8sSecret> = Api::namespaced(env.client.clone(), SECRET_NS);
+    let selector = format!("eno.azure.io/inventory-lineage={lineage}");
+    let theirs = secrets
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .expect("list");
+    assert!(
+        theirs.items.iter().all(|s| s
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("eno.azure.io/inventory-composition-namespace"))
+            .is_some_and(|ns| ns == victim)),
+        "only team-a's Secrets in its lineage"
+    );
+
     // team-z/evil stays: refused as foreign, it does not block team-a's own Composition.
     // team-a's own re-created Composition, synthesized before the snapshot: refused too.
     let uuid3 = "55555555-5555-4555-8555-555555555555";

@@ -8,6 +8,8 @@
 //!    recovery decision for the current UUID) and its lineage.
 //! 2. LIST Compositions of every namespace: another live one with the same lineage, or an
 //!    override naming another namespace's lineage (unless allowed), => `LineageConflict`.
+//!    With an override (unless allowed), also LIST the lineage's Secrets: any recorded for
+//!    another namespace => `LineageConflict`.
 //! 3. Read *all* the synthesis's ResourceSlices; stop on a missing, terminating or malformed one.
 //! 4. For each chunk `i`: GET the Secret; identical => skip; a newer snapshot's chunk (or a
 //!    Secret that is not ours) => stop, never overwrite; otherwise re-read the Composition
@@ -151,6 +153,7 @@ pub struct RecorderStatus {
 enum Step {
     ReadComposition,
     ListCompositions,
+    ListLineageSecrets,
     ReadSlices,
     ReadSecret,
     Recheck,
@@ -301,6 +304,9 @@ impl Recorder {
                 self.stop(RecordOutcome::NotEligible(Ineligible::NotFound))
             }
             (Step::ListCompositions, Ok(Reply::Compositions(all))) => self.on_compositions(&all),
+            (Step::ListLineageSecrets, Ok(Reply::Secrets(secrets))) => {
+                self.on_lineage_secrets(&secrets)
+            }
             (Step::ReadSlices, Ok(Reply::Slices(slices))) => self.on_slices(slices),
             (Step::ReadSecret, Ok(Reply::Secret(s))) => self.on_secret(Some(s)),
             (Step::ReadSecret, Err(KubeError::NotFound)) => self.on_secret(None),
@@ -357,6 +363,46 @@ impl Recorder {
                 others,
             });
         }
+        // An override may name the lineage of a namespace with no live Composition to give it
+        // away; its Secrets still say whose it is.
+        if self.comp.annotations.contains_key(ANN_LINEAGE)
+            && !self.cfg.allow_cross_namespace_lineage
+        {
+            self.queued = Some((
+                Step::ListLineageSecrets,
+                Command::ListSecrets {
+                    namespace: self.cfg.secret_namespace.clone(),
+                    label_selector: lineage_selector(&self.lineage),
+                },
+            ));
+            return;
+        }
+        self.read_slices();
+    }
+
+    /// Refuses to write into a lineage whose Secrets were recorded for another namespace.
+    fn on_lineage_secrets(&mut self, secrets: &[Secret]) {
+        let foreign = secrets
+            .iter()
+            .filter(|s| !s.terminating)
+            .filter_map(|s| s.annotations.get(ANN_COMPOSITION_NAMESPACE))
+            .filter(|ns| **ns != self.comp.namespace)
+            .min();
+        if let Some(ns) = foreign {
+            let detail = format!(
+                "the lineage override {} on {}/{} names a lineage recorded for namespace {ns:?}; \
+                 start the controller with --allow-cross-namespace-lineage if that is intended",
+                self.lineage, self.comp.namespace, self.comp.name
+            );
+            return self.stop(RecordOutcome::LineageConflict {
+                lineage: self.lineage.clone(),
+                others: vec![detail],
+            });
+        }
+        self.read_slices();
+    }
+
+    fn read_slices(&mut self) {
         self.status.phase = RecorderPhase::ReadingSlices;
         let names = self
             .comp
