@@ -84,11 +84,20 @@ fn valid_selects_newest_and_computes_tombstones() {
         j["tombstones"][2],
         serde_json::json!({"group":"apiextensions.k8s.io","version":"v1","kind":"CustomResourceDefinition","name":"widgets.example.com"})
     );
-    // Eno's deletion order: web-legacy (group 2) first, the CRD (group -1) last.
-    let order: Vec<String> = deletion_order(&t).into_iter().map(|e| e.name).collect();
+    // Eno's deletion order, lowest group first: the CRD (annotated -1), web-legacy (2),
+    // then the Secret and the PodDisruptionBudget in the managed kinds' default group 100.
+    let order: Vec<(String, Option<i64>)> = deletion_order(&t)
+        .into_iter()
+        .map(|e| (e.name.clone(), effective_deletion_group(&e)))
+        .collect();
     assert_eq!(
         order,
-        ["web-legacy", "web-old-creds", "web", "widgets.example.com"]
+        [
+            ("widgets.example.com".to_string(), Some(-1)),
+            ("web-legacy".to_string(), Some(2)),
+            ("web-old-creds".to_string(), Some(100)),
+            ("web".to_string(), Some(100)),
+        ]
     );
 }
 

@@ -357,8 +357,13 @@ impl Cluster {
     }
 
     fn run_recovery(&mut self, name: &str, mode: Mode) -> RecoveryOutcome {
+        self.run_recovery_with(name, mode, Policy::default())
+    }
+
+    fn run_recovery_with(&mut self, name: &str, mode: Mode, policy: Policy) -> RecoveryOutcome {
         let cfg = RecoveryConfig {
             mode,
+            policy,
             ..RecoveryConfig::default()
         };
         let mut m = Recovery::new(cfg, "ns", name, ts("2026-12-02T16:00:00Z"));
@@ -432,7 +437,31 @@ fn recreated_composition_recovers_then_records() {
     k.slices.insert("n1".into(), slice("n1", 2, "cm"));
     k.comps.insert("comp2".into(), new);
 
+    // 3 deletions of a 5-entry snapshot are over the default budget (half): held.
+    let held = Outcome::Held {
+        tombstones: 3,
+        deletions: 3,
+        limit: 2,
+    };
     match k.run_recovery("comp2", Mode::Apply) {
+        RecoveryOutcome::Decided {
+            decision,
+            written: true,
+            ..
+        } => assert_eq!(decision.outcome, held),
+        o => panic!("{o:?}"),
+    }
+    assert!(k.deleted.is_empty());
+    assert!(matches!(
+        k.run_recorder("comp2"),
+        RecordOutcome::NotEligible(Ineligible::DecisionPending)
+    ));
+    // The operator releases it (`recover --apply --allow-deletions 3`).
+    let release = Policy {
+        allow_deletions: Some(3),
+        ..Policy::default()
+    };
+    match k.run_recovery_with("comp2", Mode::Apply, release) {
         RecoveryOutcome::Decided {
             decision,
             written: true,

@@ -552,6 +552,98 @@ fn stops_on_unusable_slices_and_lineage_conflict() {
 }
 
 #[test]
+fn an_override_naming_another_namespaces_lineage_records_nothing() {
+    // Scoped to one namespace, the recorder still lists every namespace.
+    let scoped = || RecorderConfig {
+        scope: Scope {
+            namespace: Some("ns".into()),
+            ..Scope::default()
+        },
+        ..RecorderConfig::default()
+    };
+    let mut c = comp();
+    c.annotations
+        .insert(ANN_LINEAGE.into(), default_lineage("victim", "syn"));
+    let mut bystander = comp();
+    bystander.namespace = "victim".into();
+    bystander.name = "other".into();
+    bystander.uid = "u8".into();
+    bystander.synthesizer_name = "unrelated".into();
+    let mut r = Run::new(scoped());
+    r.get_comp(c.clone());
+    r.expect(
+        Command::ListCompositions { namespace: None },
+        Ok(Reply::Compositions(vec![c.clone(), bystander.clone()])),
+    );
+    match r.stopped() {
+        RecordOutcome::LineageConflict { others, .. } => {
+            assert!(others[0].contains("namespace victim"), "{others:?}")
+        }
+        o => panic!("{o:?}"),
+    }
+    let mut r = Run::new(RecorderConfig {
+        allow_cross_namespace_lineage: true,
+        ..scoped()
+    });
+    r.get_comp(c.clone());
+    r.expect(
+        Command::ListCompositions { namespace: None },
+        Ok(Reply::Compositions(vec![c, bystander])),
+    );
+    assert!(matches!(
+        r.m.poll_output(r.now),
+        Output::Command {
+            cmd: Command::ListResourceSlices { .. },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn an_override_onto_a_lineage_recorded_for_another_namespace_records_nothing() {
+    // The victim namespace has no live Composition: only its Secrets tell.
+    let victim = default_lineage("victim", "syn");
+    let mut c = comp();
+    c.annotations.insert(ANN_LINEAGE.into(), victim.clone());
+    let mut theirs = wanted(2, 1000);
+    for s in &mut theirs {
+        s.annotations
+            .insert(ANN_COMPOSITION_NAMESPACE.into(), "victim".into());
+    }
+    for (secrets, refused) in [(theirs, true), (wanted(2, 1000), false)] {
+        let mut r = Run::new(RecorderConfig::default());
+        r.get_comp(c.clone());
+        r.expect(
+            Command::ListCompositions { namespace: None },
+            Ok(Reply::Compositions(vec![c.clone()])),
+        );
+        r.expect(
+            Command::ListSecrets {
+                namespace: "kube-system".into(),
+                label_selector: lineage_selector(&victim),
+            },
+            Ok(Reply::Secrets(secrets)),
+        );
+        if refused {
+            match r.stopped() {
+                RecordOutcome::LineageConflict { others, .. } => {
+                    assert!(others[0].contains("\"victim\""), "{others:?}")
+                }
+                o => panic!("{o:?}"),
+            }
+        } else {
+            assert!(matches!(
+                r.m.poll_output(r.now),
+                Output::Command {
+                    cmd: Command::ListResourceSlices { .. },
+                    ..
+                }
+            ));
+        }
+    }
+}
+
+#[test]
 fn timeouts_and_stale_replies() {
     let mut r = Run::new(RecorderConfig {
         request_timeout: Duration::from_secs(5),

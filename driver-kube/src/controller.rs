@@ -1,25 +1,26 @@
-//! The inventory controller: watches Compositions, and for each one runs the core's recovery
-//! decision first and then the recorder, executing their commands with kube.
-//!
-//! Reconciles are serial (so never two at once for one Composition) and rate limited per
-//! Composition with jitter; failures back off exponentially. Kubernetes Events on the
-//! Composition report recordings, invalid inventories and lineage conflicts, once per
-//! synthesis and reason.
+//! The inventory controller: kube-runtime's [`Controller`](kube::runtime::Controller)
+//! watches Compositions and owns the queue (one reconcile per Composition at a time, up to
+//! [`ControllerConfig::concurrency`] Compositions at once), the resync (every success
+//! requeues after [`ControllerConfig::resync`]) and the per-Composition backoff (the error
+//! policy). Each reconcile is [`Reconciler::reconcile`]: the recovery decision, then
+//! recording. What kube-runtime has no notion of, the least time between two reconciles of
+//! one Composition, is a requeue from the reconcile itself.
 
-use crate::drive::{drive, wall_timestamp, Clock};
+use crate::drive::wall_timestamp;
 use crate::exec::Executor;
+use crate::reconcile::lock;
+pub use crate::reconcile::{Reconciled, Reconciler};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::events::{Event, EventType, Recorder as EventRecorder, Reporter};
+use kube::runtime::controller::{Action, Config as RuntimeConfig};
 use kube::runtime::watcher;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tidemark_core::inventory::{
-    Mode, Outcome, Reason, RecordOutcome, Recorder, RecorderConfig, Recovery, RecoveryConfig,
-    RecoveryOutcome, Scope, DEFAULT_SECRET_NAMESPACE,
+    Mode, Policy, RecorderConfig, RecoveryConfig, Scope, DEFAULT_SECRET_NAMESPACE,
 };
 use tidemark_core::rng::Rng;
 
@@ -44,6 +45,15 @@ pub struct ControllerConfig {
     pub resync: Duration,
     /// Bound of one Kubernetes request.
     pub request_timeout: Duration,
+    /// Namespace checks, protected kinds and the deletion budget of recovery.
+    pub policy: Policy,
+    /// Longest wait for one deletion group's objects to be gone before the next starts.
+    pub group_wait: Duration,
+    /// How often a waiting group's objects are read again.
+    pub wait_poll: Duration,
+    /// Most reconciles of different Compositions at once (one Composition never has two).
+    /// A recovery may wait minutes for a deletion group's finalizers; the others go on.
+    pub concurrency: u16,
 }
 
 impl Default for ControllerConfig {
@@ -58,6 +68,10 @@ impl Default for ControllerConfig {
             max_backoff: Duration::from_secs(300),
             resync: Duration::from_secs(600),
             request_timeout: Duration::from_secs(30),
+            policy: Policy::default(),
+            group_wait: Duration::from_secs(300),
+            wait_poll: Duration::from_secs(2),
+            concurrency: 8,
         }
     }
 }
@@ -89,6 +103,9 @@ impl ControllerConfig {
             secret_namespace: self.secret_namespace.clone(),
             mode,
             request_timeout: self.request_timeout,
+            policy: self.policy.clone(),
+            group_wait: self.group_wait,
+            wait_poll: self.wait_poll,
             ..RecoveryConfig::default()
         }
     }
@@ -100,6 +117,7 @@ impl ControllerConfig {
             scope: self.scope(),
             secret_namespace: self.secret_namespace.clone(),
             request_timeout: self.request_timeout,
+            allow_cross_namespace_lineage: self.policy.allow_cross_namespace_lineage,
             ..RecorderConfig::default()
         }
     }
@@ -121,34 +139,31 @@ pub struct ControllerStats {
     pub compositions: usize,
 }
 
-/// What one reconcile concluded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reconciled {
-    /// Nothing more until the Composition changes.
-    Done,
-    /// Try again after a backoff.
-    Retry(String),
+/// A reconcile that must be retried; the error policy backs it off.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct RetryLater(String);
+
+/// How long a graceful stop waits for running reconciles before it cancels them (a recovery
+/// cancelled mid-way is redone from the start by the next process; nothing is lost).
+const STOP_GRACE: Duration = Duration::from_secs(30);
+
+/// The controller: the reconciler plus per-Composition timing.
+pub struct Controller {
+    shared: Arc<Shared>,
 }
 
-/// The controller. Holds per-Composition rate-limit state and the event memo.
-pub struct Controller {
-    cfg: ControllerConfig,
-    exec: Executor,
-    events: EventRecorder,
-    clock: Clock,
-    rng: Rng,
+struct Shared {
+    reconciler: Reconciler,
+    rng: Mutex<Rng>,
     /// When each Composition may next be reconciled, and its current failure streak.
-    limits: BTreeMap<(String, String), (tokio::time::Instant, u32)>,
-    /// (namespace, name, synthesis UUID, reason) of events already published.
-    emitted: BTreeSet<(String, String, String, String)>,
-    stats: ControllerStats,
+    limits: Mutex<BTreeMap<(String, String), (tokio::time::Instant, u32)>>,
 }
 
 impl std::fmt::Debug for Controller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Controller")
-            .field("cfg", &self.cfg)
-            .field("stats", &self.stats)
+            .field("reconciler", &self.shared.reconciler)
             .finish_non_exhaustive()
     }
 }
@@ -160,368 +175,169 @@ fn composition_resource() -> ApiResource {
     )
 }
 
+fn key_of(obj: &DynamicObject) -> (String, String) {
+    (
+        obj.metadata.namespace.clone().unwrap_or_default(),
+        obj.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+impl Shared {
+    fn cfg(&self) -> &ControllerConfig {
+        self.reconciler.config()
+    }
+
+    fn jittered(&self, d: Duration) -> Duration {
+        d.mul_f64(1.0 + self.cfg().jitter.max(0.0) * lock(&self.rng).unit())
+    }
+
+    /// Time left before `key` may be reconciled again, if any.
+    fn too_soon(&self, key: &(String, String)) -> Option<Duration> {
+        let now = tokio::time::Instant::now();
+        lock(&self.limits)
+            .get(key)
+            .map(|(at, _)| *at)
+            .filter(|at| *at > now)
+            .map(|at| at - now)
+    }
+
+    /// Records a reconcile's end: the next may start after `delay`; `streak` failures so far.
+    fn note(&self, key: (String, String), delay: Duration, streak: u32) {
+        let at = tokio::time::Instant::now() + delay;
+        lock(&self.limits).insert(key, (at, streak));
+    }
+
+    async fn reconcile(&self, obj: &DynamicObject) -> Result<Action, RetryLater> {
+        let key = key_of(obj);
+        if let Some(wait) = self.too_soon(&key) {
+            return Ok(Action::requeue(wait));
+        }
+        match self.reconciler.reconcile(&key.0, &key.1).await {
+            Reconciled::Done => {
+                self.note(key, self.jittered(self.cfg().min_interval), 0);
+                Ok(Action::requeue(self.jittered(self.cfg().resync)))
+            }
+            Reconciled::Retry(why) => {
+                self.reconciler.count(|s| s.failures += 1);
+                tracing::info!(composition = %format!("{}/{}", key.0, key.1), why, "requeued");
+                Err(RetryLater(why))
+            }
+        }
+    }
+
+    /// Exponential backoff per Composition, from `min_interval` up to `max_backoff`.
+    fn backoff(&self, obj: &DynamicObject) -> Action {
+        let key = key_of(obj);
+        let streak = lock(&self.limits).get(&key).map_or(0, |l| l.1) + 1;
+        let exp = self
+            .cfg()
+            .min_interval
+            .saturating_mul(1u32 << streak.min(16));
+        let delay = self.jittered(exp.min(self.cfg().max_backoff));
+        self.note(key, delay, streak);
+        Action::requeue(delay)
+    }
+}
+
 impl Controller {
     /// A controller executing with `exec`; Events go to the Eno cluster.
     pub fn new(cfg: ControllerConfig, exec: Executor) -> Controller {
-        let reporter = Reporter {
-            controller: "tidemark-inventory".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        let events = EventRecorder::new(exec.clusters().eno.clone(), reporter);
         let seed = wall_timestamp().unix_nanos as u64 ^ u64::from(std::process::id());
         Controller {
-            cfg,
-            exec,
-            events,
-            clock: Clock::new(),
-            rng: Rng::new(seed),
-            limits: BTreeMap::new(),
-            emitted: BTreeSet::new(),
-            stats: ControllerStats::default(),
+            shared: Arc::new(Shared {
+                reconciler: Reconciler::new(cfg, exec),
+                rng: Mutex::new(Rng::new(seed)),
+                limits: Mutex::new(BTreeMap::new()),
+            }),
         }
     }
 
     /// Counters so far.
-    pub fn stats(&self) -> &ControllerStats {
-        &self.stats
-    }
-
-    fn jittered(&mut self, d: Duration) -> Duration {
-        d.mul_f64(1.0 + self.cfg.jitter.max(0.0) * self.rng.unit())
-    }
-
-    /// Watches and reconciles until `shutdown` resolves. `on_tick` sees the counters after
-    /// every reconcile and on every watch event (heartbeat, status).
-    pub async fn run(
-        mut self,
-        shutdown: impl Future<Output = ()>,
-        mut on_tick: impl FnMut(&ControllerStats),
-    ) -> ControllerStats {
-        let mut stream = watcher::watcher(self.composition_api(), self.watch_config()).boxed();
-        tokio::pin!(shutdown);
-        let mut queue: BTreeMap<(String, String), tokio::time::Instant> = BTreeMap::new();
-        let mut known: BTreeSet<(String, String)> = BTreeSet::new();
-        let mut resync = tokio::time::interval(self.cfg.resync);
-        resync.tick().await;
-        // Liveness for /healthz even when nothing changes.
-        let mut heartbeat = tokio::time::interval(Duration::from_secs(10));
-        loop {
-            let next_due = queue.values().min().copied();
-            tokio::select! {
-                _ = &mut shutdown => break,
-                ev = stream.next() => {
-                    match ev {
-                        Some(Ok(ev)) => {
-                            let (objs, deleted) = match ev {
-                                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => (vec![o], false),
-                                watcher::Event::Delete(o) => (vec![o], true),
-                                watcher::Event::Init | watcher::Event::InitDone => (vec![], false),
-                            };
-                            for o in objs {
-                                let key = (
-                                    o.metadata.namespace.clone().unwrap_or_default(),
-                                    o.metadata.name.clone().unwrap_or_default(),
-                                );
-                                if deleted {
-                                    known.remove(&key);
-                                    queue.remove(&key);
-                                    self.limits.remove(&key);
-                                } else {
-                                    known.insert(key.clone());
-                                    let at = self.not_before(&key);
-                                    queue.entry(key).or_insert(at);
-                                }
-                            }
-                            self.stats.compositions = known.len();
-                        }
-                        Some(Err(e)) => tracing::warn!(error = %e, "composition watch error; retrying"),
-                        None => {
-                            tracing::warn!("composition watch ended; restarting");
-                            stream = watcher::watcher(self.composition_api(), self.watch_config()).boxed();
-                        }
-                    }
-                    on_tick(&self.stats);
-                }
-                _ = heartbeat.tick() => on_tick(&self.stats),
-                _ = resync.tick() => {
-                    for key in &known {
-                        let at = self.not_before(key);
-                        queue.entry(key.clone()).or_insert(at);
-                    }
-                }
-                _ = sleep_until_opt(next_due) => {
-                    let now = tokio::time::Instant::now();
-                    let Some(key) = queue.iter().filter(|(_, at)| **at <= now).min_by_key(|(_, at)| **at).map(|(k, _)| k.clone()) else { continue };
-                    queue.remove(&key);
-                    let result = self.reconcile(&key.0, &key.1).await;
-                    let streak = match &result {
-                        Reconciled::Done => 0,
-                        Reconciled::Retry(why) => {
-                            self.stats.failures += 1;
-                            tracing::info!(composition = %format!("{}/{}", key.0, key.1), why, "requeued");
-                            self.limits.get(&key).map_or(0, |l| l.1) + 1
-                        }
-                    };
-                    let delay = if streak == 0 {
-                        self.jittered(self.cfg.min_interval)
-                    } else {
-                        let exp = self.cfg.min_interval.saturating_mul(1u32 << streak.min(16));
-                        let d = exp.min(self.cfg.max_backoff);
-                        self.jittered(d)
-                    };
-                    let at = tokio::time::Instant::now() + delay;
-                    self.limits.insert(key.clone(), (at, streak));
-                    if streak > 0 {
-                        queue.insert(key, at);
-                    }
-                    on_tick(&self.stats);
-                }
-            }
-        }
-        self.stats
+    pub fn stats(&self) -> ControllerStats {
+        self.shared.reconciler.stats()
     }
 
     fn composition_api(&self) -> Api<DynamicObject> {
+        let cfg = self.shared.cfg();
         Api::namespaced_with(
-            self.exec.clusters().eno.clone(),
-            &self.cfg.namespace,
+            self.shared.reconciler.exec().clusters().eno.clone(),
+            &cfg.namespace,
             &composition_resource(),
         )
     }
 
     fn watch_config(&self) -> watcher::Config {
-        match self.cfg.label_selector() {
+        match self.shared.cfg().label_selector() {
             Some(sel) => watcher::Config::default().labels(&sel),
             None => watcher::Config::default(),
         }
     }
 
-    fn not_before(&self, key: &(String, String)) -> tokio::time::Instant {
-        let now = tokio::time::Instant::now();
-        self.limits.get(key).map_or(now, |(at, _)| (*at).max(now))
-    }
-
-    /// One reconcile of `namespace/name`: the recovery decision for the current synthesis
-    /// (if not made yet), then recording.
-    pub async fn reconcile(&mut self, namespace: &str, name: &str) -> Reconciled {
-        self.stats.reconciles += 1;
-        let t = self.cfg.request_timeout;
-        let mut recovery = Recovery::new(
-            self.cfg.recovery(self.cfg.recovery_mode),
-            namespace,
-            name,
-            wall_timestamp(),
-        );
-        let outcome = drive(&mut recovery, &self.exec, &self.clock, t).await;
-        let uuid = recovery.status().synthesis_uuid.clone().unwrap_or_default();
-        match outcome {
-            RecoveryOutcome::Decided {
-                decision,
-                plan,
-                written,
-            } => {
-                if written {
-                    self.stats.decisions += 1;
+    /// Watches and reconciles until `shutdown` resolves, then lets running reconciles end
+    /// (for at most 30 s). `on_tick` sees the counters after every reconcile and
+    /// every 10 s (heartbeat, status).
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()>,
+        mut on_tick: impl FnMut(&ControllerStats),
+    ) -> ControllerStats {
+        let cfg = self.shared.cfg().clone();
+        let runtime = kube::runtime::Controller::new_with(
+            self.composition_api(),
+            self.watch_config(),
+            composition_resource(),
+        )
+        .with_config(RuntimeConfig::default().concurrency(cfg.concurrency));
+        let store = runtime.store();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut stream = runtime
+            .graceful_shutdown_on(async move {
+                let _ = stop_rx.await;
+            })
+            .run(
+                |obj, shared: Arc<Shared>| async move { shared.reconcile(&obj).await },
+                |obj, _err, shared: Arc<Shared>| shared.backoff(&obj),
+                self.shared.clone(),
+            )
+            .boxed();
+        tokio::pin!(shutdown);
+        let mut stop_tx = Some(stop_tx);
+        let mut deadline: Option<tokio::time::Instant> = None;
+        // Liveness for /healthz even when nothing changes.
+        let mut heartbeat = tokio::time::interval(Duration::from_secs(10));
+        loop {
+            tokio::select! {
+                _ = &mut shutdown, if stop_tx.is_some() => {
+                    if let Some(tx) = stop_tx.take() {
+                        let _ = tx.send(());
+                    }
+                    deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
                 }
-                tracing::info!(
-                    composition = %format!("{namespace}/{name}"),
-                    synthesis = %decision.synthesis_uuid,
-                    outcome = decision.outcome.name(),
-                    tombstones = decision.outcome.tombstones(),
-                    "recovery decision"
-                );
-                match decision.outcome {
-                    Outcome::InventoryInvalid(Reason::LineageConflict) => {
-                        self.publish(
-                            namespace,
-                            name,
-                            &uuid,
-                            EventType::Warning,
-                            "LineageConflict",
-                            format!(
-                                "another live Composition shares inventory lineage {}; nothing recovered or recorded",
-                                plan.lineage
-                            ),
-                        )
-                        .await;
-                    }
-                    Outcome::InventoryInvalid(reason) => {
-                        let detail = match &plan.selection {
-                            Some(tidemark_core::inventory::Selection::Invalid(i)) => {
-                                i.detail.clone()
-                            }
-                            _ => String::new(),
-                        };
-                        self.publish(
-                            namespace,
-                            name,
-                            &uuid,
-                            EventType::Warning,
-                            "InventoryInvalid",
-                            format!("{reason}: {detail}; no tombstones derived"),
-                        )
-                        .await;
-                    }
-                    Outcome::Applied(n) if n > 0 => {
-                        let deleted = plan.results.len();
-                        self.publish(
-                            namespace,
-                            name,
-                            &uuid,
-                            EventType::Normal,
-                            "Recovered",
-                            format!(
-                                "{n} tombstones from lineage {} handled ({deleted} results)",
-                                plan.lineage
-                            ),
-                        )
-                        .await;
-                    }
-                    Outcome::Planned(n) => {
-                        self.publish(
-                            namespace,
-                            name,
-                            &uuid,
-                            EventType::Normal,
-                            "RecoveryPlanned",
-                            format!("{n} tombstones planned; run `tidemark-inventory recover --composition {namespace}/{name} --apply` or `--skip`"),
-                        )
-                        .await;
-                        return Reconciled::Done;
-                    }
-                    _ => {}
+                _ = sleep_until_opt(deadline) => {
+                    tracing::warn!("reconciles still running after the stop grace; cancelling them");
+                    break;
+                }
+                item = stream.next() => match item {
+                    None => break,
+                    Some(Ok(_)) => {}
+                    // Watch errors are retried by kube-runtime; a reconcile error was
+                    // already logged and backed off.
+                    Some(Err(e)) => tracing::debug!(error = %e, "controller stream"),
+                },
+                _ = heartbeat.tick() => {
+                    // Forget the timing of Compositions that are gone.
+                    let live: BTreeSet<(String, String)> =
+                        store.state().iter().map(|o| key_of(o)).collect();
+                    lock(&self.shared.limits).retain(|k, _| live.contains(k));
+                    self.shared.reconciler.forget_except(&live);
                 }
             }
-            RecoveryOutcome::AlreadyDecided(_) => {}
-            RecoveryOutcome::NotEligible(why) => {
-                tracing::debug!(composition = %format!("{namespace}/{name}"), %why, "not eligible");
-                return Reconciled::Done;
-            }
-            RecoveryOutcome::CurrentSlicesUnusable { detail } => {
-                return Reconciled::Retry(format!("current slices unusable: {detail}"))
-            }
-            RecoveryOutcome::CompositionChanged { detail } => {
-                return Reconciled::Retry(format!("composition changed: {detail}"))
-            }
-            RecoveryOutcome::Failed { detail, .. } => {
-                return Reconciled::Retry(format!("recovery failed: {detail}"))
-            }
+            self.shared
+                .reconciler
+                .count(|s| s.compositions = store.state().len());
+            on_tick(&self.shared.reconciler.stats());
         }
-
-        let mut recorder = Recorder::new(self.cfg.recorder(), namespace, name);
-        let outcome = drive(&mut recorder, &self.exec, &self.clock, t).await;
-        let uuid = recorder.status().synthesis_uuid.clone().unwrap_or(uuid);
-        match outcome {
-            RecordOutcome::Recorded {
-                lineage,
-                synthesis_uuid,
-                chunks,
-                entries,
-                created,
-                updated,
-                unchanged,
-            } => {
-                tracing::info!(
-                    composition = %format!("{namespace}/{name}"),
-                    %lineage, synthesis = %synthesis_uuid, chunks, entries, created, updated, unchanged,
-                    "inventory recorded"
-                );
-                if created + updated > 0 {
-                    self.stats.recorded += 1;
-                }
-                self.publish(
-                    namespace,
-                    name,
-                    &synthesis_uuid,
-                    EventType::Normal,
-                    "InventoryRecorded",
-                    format!("synthesis {synthesis_uuid}: {entries} entries in {chunks} Secret(s) of lineage {lineage}"),
-                )
-                .await;
-                Reconciled::Done
-            }
-            RecordOutcome::LineageConflict { lineage, others } => {
-                self.publish(
-                    namespace,
-                    name,
-                    &uuid,
-                    EventType::Warning,
-                    "LineageConflict",
-                    format!(
-                        "inventory lineage {lineage} is shared with {}; nothing recorded",
-                        others.join(", ")
-                    ),
-                )
-                .await;
-                Reconciled::Done
-            }
-            RecordOutcome::NotEligible(why) => {
-                tracing::debug!(composition = %format!("{namespace}/{name}"), %why, "not recording");
-                Reconciled::Done
-            }
-            RecordOutcome::SlicesUnusable { detail } => {
-                Reconciled::Retry(format!("slices unusable: {detail}"))
-            }
-            RecordOutcome::CompositionChanged { detail } => {
-                Reconciled::Retry(format!("composition changed: {detail}"))
-            }
-            RecordOutcome::Failed {
-                detail, retryable, ..
-            } => {
-                if retryable {
-                    Reconciled::Retry(format!("recording failed: {detail}"))
-                } else {
-                    tracing::warn!(composition = %format!("{namespace}/{name}"), detail, "recording failed");
-                    Reconciled::Done
-                }
-            }
-            RecordOutcome::TooLarge { detail }
-            | RecordOutcome::NewerSnapshot { detail, .. }
-            | RecordOutcome::Blocked { detail, .. } => {
-                tracing::warn!(composition = %format!("{namespace}/{name}"), detail, "not recorded");
-                Reconciled::Done
-            }
-        }
-    }
-
-    /// Publishes an Event on the Composition once per (synthesis, reason).
-    async fn publish(
-        &mut self,
-        namespace: &str,
-        name: &str,
-        uuid: &str,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let key = (
-            namespace.to_string(),
-            name.to_string(),
-            uuid.to_string(),
-            reason.to_string(),
-        );
-        if !self.emitted.insert(key) {
-            return;
-        }
-        let reference = ObjectReference {
-            api_version: Some("eno.azure.io/v1".into()),
-            kind: Some("Composition".into()),
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            ..ObjectReference::default()
-        };
-        let mut note = note;
-        note.truncate(1000);
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.events.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, reason, "publishing event failed");
-        }
+        self.shared.reconciler.stats()
     }
 }
 

@@ -2,9 +2,8 @@
 
 use crate::exec::Executor;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tidemark_core::inventory::{
-    Input, KubeError, Output, RecordOutcome, Recorder, Recovery, RecoveryOutcome, Timestamp,
-};
+pub use tidemark_core::inventory::Machine;
+use tidemark_core::inventory::{Input, KubeError, Output, Timestamp};
 use tidemark_core::Instant;
 
 /// The driver's monotonic clock, as core [`Instant`]s since the clock was made.
@@ -45,36 +44,6 @@ pub fn wall_timestamp() -> Timestamp {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     Timestamp::from_unix_nanos(i128::try_from(d.as_nanos()).unwrap_or(i128::MAX))
-}
-
-/// The sans-IO shape shared by the recorder and the recovery machine.
-pub trait Machine {
-    /// What the machine ends with.
-    type Outcome;
-    /// Next output.
-    fn poll(&mut self, now: Instant) -> Output<Self::Outcome>;
-    /// Feeds one input.
-    fn handle(&mut self, now: Instant, input: Input);
-}
-
-impl Machine for Recorder {
-    type Outcome = RecordOutcome;
-    fn poll(&mut self, now: Instant) -> Output<RecordOutcome> {
-        self.poll_output(now)
-    }
-    fn handle(&mut self, now: Instant, input: Input) {
-        self.handle_input(now, input)
-    }
-}
-
-impl Machine for Recovery {
-    type Outcome = RecoveryOutcome;
-    fn poll(&mut self, now: Instant) -> Output<RecoveryOutcome> {
-        self.poll_output(now)
-    }
-    fn handle(&mut self, now: Instant, input: Input) {
-        self.handle_input(now, input)
-    }
 }
 
 /// Executes the machine's commands one at a time until it stops. Each request is bounded by

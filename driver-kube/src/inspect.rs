@@ -1,9 +1,12 @@
 //! Offline `inspect`: selection and tombstones over `kubectl get -o yaml|json` output, for
-//! operators who want to know what recovery would do without touching a cluster.
+//! operators who want to know what recovery would do without touching a cluster. It plans
+//! with the same core function as the controller ([`plan_recovery`]), so the same Secrets,
+//! Composition and limits give the same outcome.
 
 use serde_json::Value;
 use tidemark_core::inventory::{
-    present_identities, select, tombstones, Secret, Selection, SliceView,
+    lineage_of, plan_recovery, present_identities, select, CompositionView, Policy, Secret,
+    Selection, SliceView,
 };
 
 /// Input that cannot be used for a decision.
@@ -105,13 +108,43 @@ pub fn slices_from(text: &str, path: &str) -> Result<Vec<SliceView>, InspectErro
         .collect()
 }
 
-/// The lineage to select: the given one, or the only one the live Secrets carry.
+/// Reads the one Composition of a `--composition` file.
+pub fn composition_from(text: &str, path: &str) -> Result<CompositionView, InspectError> {
+    let objects = parse_objects(text, path)?;
+    let comps: Vec<&Value> = objects
+        .iter()
+        .filter(|v| kind_is(v, "Composition"))
+        .collect();
+    let [one] = comps.as_slice() else {
+        return Err(InspectError::Object {
+            path: path.to_string(),
+            why: format!(
+                "expected exactly one Composition, found {}; save it with kubectl get composition NAME -n NS -o yaml",
+                comps.len()
+            ),
+        });
+    };
+    CompositionView::from_kube_json(one).map_err(|why| InspectError::Object {
+        path: path.to_string(),
+        why,
+    })
+}
+
+/// The lineage to select: the given one, the Composition's, or the only one the live
+/// Secrets carry.
 pub fn choose_lineage(
     secrets: &[Secret],
     given: Option<&str>,
+    comp: Option<&CompositionView>,
 ) -> Result<Option<String>, InspectError> {
     if let Some(l) = given {
         return Ok(Some(l.to_string()));
+    }
+    if let Some(c) = comp {
+        return lineage_of(c).map(Some).map_err(|e| InspectError::Object {
+            path: "--composition".into(),
+            why: e.to_string(),
+        });
     }
     // Live Secrets only: terminating ones are as good as gone.
     let found = tidemark_core::inventory::select::lineages_in(secrets);
@@ -122,35 +155,47 @@ pub fn choose_lineage(
     }
 }
 
-/// The decision `inspect` prints: the selection, and tombstones when `current` is given.
-/// Tombstones are only derived from a selected snapshot (empty otherwise).
+/// The decision `inspect` prints: the selection (refused by the namespace and time checks
+/// when `comp` is given) and, when `current` is given, the tombstones in deletion order with
+/// their groups and protections, a held plan, and the decision recovery would record.
 pub fn inspect(
     secrets: &[Secret],
     current: Option<&[SliceView]>,
     lineage: Option<&str>,
     current_path: &str,
+    comp: Option<&CompositionView>,
+    policy: &Policy,
 ) -> Result<Value, InspectError> {
-    let selection = match choose_lineage(secrets, lineage)? {
+    let selection = match choose_lineage(secrets, lineage, comp)? {
         Some(l) => select(secrets, &l),
         None => Selection::None,
     };
-    let Some(slices) = current else {
-        return Ok(selection.inspect_json(None));
+    let present = match current {
+        Some(slices) => Some(
+            present_identities(slices).map_err(|e| InspectError::Object {
+                path: current_path.to_string(),
+                why: format!("slice {} resource {}: {}", e.slice, e.index, e.why),
+            })?,
+        ),
+        None => None,
     };
-    let present = present_identities(slices).map_err(|e| InspectError::Object {
-        path: current_path.to_string(),
-        why: format!("slice {} resource {}: {}", e.slice, e.index, e.why),
-    })?;
-    let t = match &selection {
-        Selection::Selected(s) => tombstones(&s.entries, &present),
-        _ => Vec::new(),
-    };
-    Ok(selection.inspect_json(Some(&t)))
+    let plan = plan_recovery(selection, comp, present.as_ref(), policy);
+    let mut out = plan.inspect_json(present.is_some());
+    if comp.is_none() {
+        if let Some(o) = out.as_object_mut() {
+            o.insert(
+                "unchecked".into(),
+                serde_json::json!("namespace and time: pass --composition to check them"),
+            );
+        }
+    }
+    Ok(out)
 }
 
 /// Key order of `inspect` output: the order operators read it in (serde_json's maps sort).
-const KEY_ORDER: [&str; 15] = [
+const KEY_ORDER: [&str; 20] = [
     "outcome",
+    "decision",
     "reason",
     "lineage",
     "synthesisUUID",
@@ -159,12 +204,16 @@ const KEY_ORDER: [&str; 15] = [
     "chunks",
     "entries",
     "detail",
+    "held",
+    "unchecked",
     "tombstones",
     "group",
     "version",
     "kind",
     "namespace",
     "name",
+    "deletionGroup",
+    "protected",
 ];
 
 /// Compact JSON with known keys in [`KEY_ORDER`] and any others after them, sorted.

@@ -10,3 +10,4 @@ pub mod eno;
 pub mod exec;
 pub mod inspect;
 pub mod ops;
+pub mod reconcile;

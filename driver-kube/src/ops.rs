@@ -6,7 +6,7 @@ use crate::drive::{drive, wall_timestamp, Clock};
 use crate::exec::Executor;
 use serde_json::{json, Value};
 use tidemark_core::inventory::{
-    Mode, RecordOutcome, Recorder, Recovery, RecoveryOutcome, ResourceId, ANN_DELETION_GROUP,
+    tombstones_json, Mode, Outcome, RecordOutcome, Recorder, Recovery, RecoveryOutcome, ResourceId,
 };
 
 /// Runs the recovery machine once for `namespace/name` in `mode`.
@@ -46,7 +46,9 @@ fn mode_name(mode: Mode) -> &'static str {
 }
 
 /// The report `recover` prints: the selected snapshot, the tombstone plan in deletion order
-/// (with each entry's deletion group) and, when applied, the result for each tombstone.
+/// (each with its effective deletion group, and its protection if it has one), a held plan
+/// with how to release it and, when applied, the result for each tombstone and the waits
+/// between groups.
 pub fn recovery_report(namespace: &str, name: &str, mode: Mode, out: &RecoveryOutcome) -> Value {
     let mut v = json!({
         "composition": format!("{namespace}/{name}"),
@@ -71,25 +73,13 @@ pub fn recovery_report(namespace: &str, name: &str, mode: Mode, out: &RecoveryOu
             if let Some(sel) = &plan.selection {
                 obj.insert("selection".into(), sel.inspect_json(None));
             }
-            let tombstones: Vec<Value> = plan
-                .tombstones
-                .iter()
-                .map(|e| {
-                    let mut t = id_json(&e.resource_id());
-                    if let Some(m) = t.as_object_mut() {
-                        let group = e
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(ANN_DELETION_GROUP))
-                            .cloned();
-                        if let Some(g) = group {
-                            m.insert("deletionGroup".into(), json!(g));
-                        }
-                    }
-                    t
-                })
-                .collect();
-            obj.insert("tombstones".into(), json!(tombstones));
+            obj.insert("tombstones".into(), tombstones_json(&plan.tombstones));
+            if let Some(h) = held_json(namespace, name, decision.outcome) {
+                obj.insert("held".into(), h);
+            }
+            if !plan.waits.is_empty() {
+                obj.insert("waits".into(), json!(plan.waits));
+            }
             if !plan.results.is_empty() {
                 let results: Vec<Value> = plan
                     .results
@@ -111,6 +101,9 @@ pub fn recovery_report(namespace: &str, name: &str, mode: Mode, out: &RecoveryOu
                 "decision".into(),
                 serde_json::from_str(&d.to_json()).unwrap_or(Value::Null),
             );
+            if let Some(h) = held_json(namespace, name, d.outcome) {
+                obj.insert("held".into(), h);
+            }
         }
         RecoveryOutcome::NotEligible(why) => {
             obj.insert("result".into(), json!("NotEligible"));
@@ -135,6 +128,23 @@ pub fn recovery_report(namespace: &str, name: &str, mode: Mode, out: &RecoveryOu
     v
 }
 
+/// A held plan's numbers and the command that releases it.
+fn held_json(namespace: &str, name: &str, outcome: Outcome) -> Option<Value> {
+    let Outcome::Held {
+        deletions, limit, ..
+    } = outcome
+    else {
+        return None;
+    };
+    Some(json!({
+        "deletions": deletions,
+        "limit": limit,
+        "release": format!(
+            "tidemark-inventory recover --composition {namespace}/{name} --apply --allow-deletions {deletions}"
+        ),
+    }))
+}
+
 /// The report `record` prints.
 pub fn record_report(namespace: &str, name: &str, out: &RecordOutcome) -> Value {
     let mut v = serde_json::to_value(out).unwrap_or(Value::Null);
@@ -145,12 +155,14 @@ pub fn record_report(namespace: &str, name: &str, out: &RecordOutcome) -> Value 
 }
 
 /// Whether a recovery outcome is a decision (or a reason not to make one), as opposed to a
-/// failure the operator should retry.
-pub fn recovery_succeeded(out: &RecoveryOutcome) -> bool {
-    matches!(
-        out,
-        RecoveryOutcome::Decided { .. }
-            | RecoveryOutcome::AlreadyDecided(_)
-            | RecoveryOutcome::NotEligible(_)
-    )
+/// failure the operator should retry. An applying run that ended held did not do what was
+/// asked, so it is not a success for `recover --apply`.
+pub fn recovery_succeeded(mode: Mode, out: &RecoveryOutcome) -> bool {
+    let held = |o: Outcome| matches!(o, Outcome::Held { .. }) && mode == Mode::Apply;
+    match out {
+        RecoveryOutcome::Decided { decision, .. } => !held(decision.outcome),
+        RecoveryOutcome::AlreadyDecided(d) => !held(d.outcome),
+        RecoveryOutcome::NotEligible(_) => true,
+        _ => false,
+    }
 }

@@ -4,23 +4,14 @@
 mod common;
 
 use common::eno_objects::{composition, manifest, slice};
-use common::{kubeconfig_file, secret_namespace, Env};
+use common::{http_get, kubeconfig_file, secret_namespace, Env};
 use k8s_openapi::api::core::v1::Secret as K8sSecret;
 use kube::api::{Api, ListParams};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tidemark_core::inventory::{default_lineage, lineage_selector};
 use tidemark_kube::eno::{Composition, ResourceSlice};
-
-fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_process_records_and_stops_on_sigterm() {

@@ -220,6 +220,33 @@ async fn recreated_composition_recovers_then_records() {
     }
 }
 
+/// Compositions, ResourceSlices and ConfigMaps of the test namespace, and the inventory
+/// Secrets.
+fn apis(
+    env: &Env,
+) -> (
+    Api<Composition>,
+    Api<ResourceSlice>,
+    Api<ConfigMap>,
+    Api<K8sSecret>,
+) {
+    let c = &env.client;
+    (
+        Api::namespaced(c.clone(), &env.ns),
+        Api::namespaced(c.clone(), &env.ns),
+        Api::namespaced(c.clone(), &env.ns),
+        Api::namespaced(c.clone(), &common::secret_namespace(env)),
+    )
+}
+
+async fn create_configmaps(cms: &Api<ConfigMap>, names: &[String]) {
+    for n in names {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(n.clone());
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+}
+
 fn event_reasons(env: &Env) -> Vec<(String, String)> {
     let Some(server) = env.server.as_ref() else {
         return Vec::new();
@@ -256,6 +283,16 @@ fn start_controller(
         max_backoff: Duration::from_millis(500),
         ..ControllerConfig::default()
     };
+    start_controller_with(env, cfg)
+}
+
+fn start_controller_with(
+    env: &Env,
+    cfg: ControllerConfig,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<tidemark_kube::controller::ControllerStats>,
+) {
     let exec = Executor::new(Clusters {
         eno: env.client.clone(),
         downstream: env.client.clone(),
@@ -276,22 +313,14 @@ async fn plan_mode_waits_for_the_operator() {
     use tidemark_core::inventory::Mode;
     let env = Env::new().await;
     let ns = env.ns.clone();
-    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
-    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
-    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
-    let secrets: Api<K8sSecret> =
-        Api::namespaced(env.client.clone(), &common::secret_namespace(&env));
+    let (comps, slices, cms, secrets) = apis(&env);
     let synth = env.name("plan-synth");
     let lineage = default_lineage(&ns, &synth);
     let names: Vec<String> = ["x", "y"]
         .iter()
         .map(|n| env.name(&format!("cm-{n}")))
         .collect();
-    for n in &names {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(n.clone());
-        cms.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    create_configmaps(&cms, &names).await;
     let (stop, h) = start_controller(&env, Mode::Plan);
 
     let (c1, s1) = (env.name("p1"), env.name("p1-slice"));
@@ -342,7 +371,10 @@ async fn plan_mode_waits_for_the_operator() {
         ..ControllerConfig::default()
     };
     let out = tidemark_kube::ops::recover_once(&exec, &cfg, &ns, &c2, Mode::Apply).await;
-    assert!(tidemark_kube::ops::recovery_succeeded(&out), "{out:?}");
+    assert!(
+        tidemark_kube::ops::recovery_succeeded(Mode::Apply, &out),
+        "{out:?}"
+    );
     assert!(cms.get_opt(&names[1]).await.unwrap().is_none());
     wait_for("the new snapshot", || async {
         matches!(select(&lineage_secrets(&secrets, &lineage).await, &lineage),
@@ -427,22 +459,14 @@ async fn hand_edited_history_is_invalid_and_deletes_nothing() {
     use tidemark_core::inventory::{Mode, Reason};
     let env = Env::new().await;
     let ns = env.ns.clone();
-    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
-    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
-    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
-    let secrets: Api<K8sSecret> =
-        Api::namespaced(env.client.clone(), &common::secret_namespace(&env));
+    let (comps, slices, cms, secrets) = apis(&env);
     let synth = env.name("edited-synth");
     let lineage = default_lineage(&ns, &synth);
     let names: Vec<String> = ["p", "q"]
         .iter()
         .map(|n| env.name(&format!("cm-{n}")))
         .collect();
-    for n in &names {
-        let mut cm = ConfigMap::default();
-        cm.metadata.name = Some(n.clone());
-        cms.create(&PostParams::default(), &cm).await.unwrap();
-    }
+    create_configmaps(&cms, &names).await;
     let (stop, h) = start_controller(&env, Mode::Apply);
     let all: Vec<_> = names
         .iter()
@@ -518,4 +542,170 @@ async fn hand_edited_history_is_invalid_and_deletes_nothing() {
     for n in &names {
         cms.delete(n, &DeleteParams::default()).await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_plan_over_budget_is_held_with_an_event() {
+    use common::eno_objects;
+    use tidemark_core::inventory::Mode;
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let comps: Api<Composition> = Api::namespaced(env.client.clone(), &ns);
+    let slices: Api<ResourceSlice> = Api::namespaced(env.client.clone(), &ns);
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+    let synth = env.name("held-synth");
+    let names: Vec<String> = ["h1", "h2", "h3"].iter().map(|n| env.name(n)).collect();
+    create_configmaps(&cms, &names).await;
+    let (stop, h) = start_controller(&env, Mode::Apply);
+    let all: Vec<_> = names
+        .iter()
+        .map(|n| eno_objects::manifest(&ns, n, &[]))
+        .collect();
+    let (c1, s1) = (env.name("held-1"), env.name("held-1-slice"));
+    eno_objects::slice(&slices, &s1, "uuid-h1", all.clone()).await;
+    eno_objects::composition(&comps, &c1, &synth, "uuid-h1", "2026-05-01T00:00:00Z", &s1).await;
+    let decided = |c: String| {
+        let comps = comps.clone();
+        async move {
+            comps
+                .get(&c)
+                .await
+                .ok()
+                .and_then(|c| c.annotation(DECISION_ANNOTATION).map(str::to_string))
+                .and_then(|a| Decision::parse(&a).ok())
+                .map(|d| d.outcome)
+        }
+    };
+    wait_for("the first decision", || async {
+        decided(c1.clone()).await.is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    comps.delete(&c1, &DeleteParams::default()).await.unwrap();
+    slices.delete(&s1, &DeleteParams::default()).await.unwrap();
+
+    // Re-created with one of three: two deletions are over half of the snapshot.
+    let (c2, s2) = (env.name("held-2"), env.name("held-2-slice"));
+    eno_objects::slice(&slices, &s2, "uuid-h2", all[..1].to_vec()).await;
+    eno_objects::composition(&comps, &c2, &synth, "uuid-h2", "2026-05-02T00:00:00Z", &s2).await;
+    let held = Outcome::Held {
+        tombstones: 2,
+        deletions: 2,
+        limit: 1,
+    };
+    wait_for("the held plan", || async {
+        decided(c2.clone()).await == Some(held)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in &names {
+        assert!(cms.get_opt(n).await.unwrap().is_some(), "{n} kept");
+    }
+    if env.simulated() {
+        assert!(
+            event_reasons(&env).contains(&(c2.clone(), "RecoveryHeld".into())),
+            "{:?}",
+            event_reasons(&env)
+        );
+    }
+    let _ = stop.send(());
+    h.await.unwrap();
+    for n in &names {
+        cms.delete(n, &DeleteParams::default()).await.unwrap();
+    }
+}
+
+/// Why the controller runs on kube-runtime's `Controller` rather than one serial loop: a
+/// recovery waiting for a deletion group's finalizers must not stop every other Composition.
+#[tokio::test]
+async fn a_recovery_waiting_for_finalizers_does_not_block_other_compositions() {
+    use common::eno_objects;
+    use tidemark_core::inventory::{Mode, Policy};
+    let env = Env::new().await;
+    let ns = env.ns.clone();
+    let (comps, slices, cms, secrets) = apis(&env);
+    let (slow, later, keep) = (env.name("g1"), env.name("g2"), env.name("keep"));
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(slow.clone());
+    cm.metadata.finalizers = Some(vec!["example.com/slow".into()]);
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    create_configmaps(&cms, std::slice::from_ref(&later)).await;
+    let cfg = ControllerConfig {
+        namespace: ns.clone(),
+        secret_namespace: common::secret_namespace(&env),
+        recovery_mode: Mode::Apply,
+        min_interval: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(500),
+        group_wait: Duration::from_secs(60),
+        wait_poll: Duration::from_millis(100),
+        policy: Policy {
+            max_deletion_fraction: 1.0,
+            ..Policy::default()
+        },
+        ..ControllerConfig::default()
+    };
+    let (stop, h) = start_controller_with(&env, cfg);
+    let synth = env.name("slow-synth");
+    let all = vec![
+        eno_objects::manifest(&ns, &slow, &[("eno.azure.io/deletion-group", "1")]),
+        eno_objects::manifest(&ns, &later, &[("eno.azure.io/deletion-group", "2")]),
+        eno_objects::manifest(&ns, &keep, &[]),
+    ];
+    let (c1, s1) = (env.name("slow-1"), env.name("slow-1-slice"));
+    eno_objects::slice(&slices, &s1, "uuid-s1", all.clone()).await;
+    eno_objects::composition(&comps, &c1, &synth, "uuid-s1", "2026-07-01T00:00:00Z", &s1).await;
+    let lineage = default_lineage(&ns, &synth);
+    wait_for("the first snapshot", || async {
+        !lineage_secrets(&secrets, &lineage).await.is_empty()
+    })
+    .await;
+    comps.delete(&c1, &DeleteParams::default()).await.unwrap();
+    slices.delete(&s1, &DeleteParams::default()).await.unwrap();
+    let (c2, s2) = (env.name("slow-2"), env.name("slow-2-slice"));
+    eno_objects::slice(&slices, &s2, "uuid-s2", all[2..].to_vec()).await;
+    eno_objects::composition(&comps, &c2, &synth, "uuid-s2", "2026-07-02T00:00:00Z", &s2).await;
+    let terminating = || async {
+        cms.get_opt(&slow)
+            .await
+            .unwrap()
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some())
+    };
+    wait_for("group 1 terminating", terminating).await;
+
+    // While slow-2's recovery waits for group 1, another Composition is recorded.
+    let other_synth = env.name("other-synth");
+    let (o, so) = (env.name("other"), env.name("other-slice"));
+    let m = vec![eno_objects::manifest(&ns, &env.name("o-cm"), &[])];
+    eno_objects::slice(&slices, &so, "uuid-o", m).await;
+    eno_objects::composition(
+        &comps,
+        &o,
+        &other_synth,
+        "uuid-o",
+        "2026-07-03T00:00:00Z",
+        &so,
+    )
+    .await;
+    let other_lineage = default_lineage(&ns, &other_synth);
+    wait_for("the other Composition's snapshot", || async {
+        !lineage_secrets(&secrets, &other_lineage).await.is_empty()
+    })
+    .await;
+    assert!(terminating().await, "group 1 still held by its finalizer");
+    assert!(
+        cms.get_opt(&later).await.unwrap().is_some(),
+        "group 2 waits for group 1"
+    );
+
+    // The finalizer finishes: group 2 goes, and the decision is written.
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    cms.patch(&slow, &PatchParams::default(), &Patch::Merge(&unfinalize))
+        .await
+        .unwrap();
+    wait_for("group 2 deleted", || async {
+        cms.get_opt(&later).await.unwrap().is_none()
+    })
+    .await;
+    let _ = stop.send(());
+    h.await.unwrap();
 }

@@ -1,7 +1,7 @@
 //! `tidemark-inventory inspect` over the core's inventory fixtures (one per Reason, a valid
 //! selection, and current slices), run as the real binary.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -143,13 +143,33 @@ fn valid_fixture_selects_and_computes_sorted_tombstones() {
         );
     }
     assert_eq!(t.len(), 4, "{t:?}");
-    let key = |x: &Value| {
-        ["group", "kind", "namespace", "name", "version"]
-            .map(|k| x[k].as_str().unwrap_or("").to_string())
-    };
-    let mut sorted = t.clone();
-    sorted.sort_by_key(key);
-    assert_eq!(&sorted, t, "tombstones sorted");
+    // Eno's deletion order, lowest group first, each with its effective group; the CRD is
+    // planned but protected.
+    let order: Vec<(&str, &Value, &Value)> = t
+        .iter()
+        .map(|x| {
+            (
+                x["name"].as_str().unwrap_or(""),
+                &x["deletionGroup"],
+                &x["protected"],
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (
+                "widgets.example.com",
+                &json!(-1),
+                &json!("CustomResourceDefinition")
+            ),
+            ("web-legacy", &json!(2), &Value::Null),
+            ("web-old-creds", &json!(100), &Value::Null),
+            ("web", &json!(100), &Value::Null),
+        ]
+    );
+    assert_eq!(v["decision"], "Applied");
+    assert!(v["unchecked"].is_string(), "no --composition: {v}");
     for x in t {
         for k in ["group", "version", "kind", "name"] {
             assert!(x.get(k).is_some(), "{k} in {x}");
@@ -172,7 +192,8 @@ fn json_list_and_single_lineage_inference() {
     // An unknown lineage has no inventory.
     let p = dir.join("valid.yaml");
     let out = inspect(&["--secrets", p.to_str().expect("utf-8"), "--lineage", "0123"]);
-    assert_eq!(out, serde_json::json!({"outcome": "none"}));
+    assert_eq!(out["outcome"], "none");
+    assert!(out.get("tombstones").is_none());
 }
 
 #[test]
@@ -188,6 +209,24 @@ fn unusable_input_fails_with_a_clear_message() {
     assert_ne!(code, 0);
     assert!(stderr.contains("neither JSON nor YAML"), "{stderr}");
     let _ = std::fs::remove_file(&tmp);
+
+    // Limits that would make the budget meaningless, and unknown protections, are refused
+    // with the fix.
+    let valid = fixtures().join("valid.yaml");
+    let v = valid.to_str().expect("utf-8");
+    for (flag, value, says) in [
+        ("--max-deletion-fraction", "1.5", "at most 1"),
+        ("--max-deletion-fraction", "0", "above 0"),
+        (
+            "--deletable-protected-kinds",
+            "Namespace,Secret",
+            "use Namespace, CustomResourceDefinition or kube-system",
+        ),
+    ] {
+        let (code, _, stderr) = run(&["inspect", "--secrets", v, "--lineage", "x", flag, value]);
+        assert_eq!(code, 2, "{flag} {value}");
+        assert!(stderr.contains(says), "{flag} {value}: {stderr}");
+    }
 
     // Several lineages without --lineage: ambiguous, so no decision.
     let valid = fixtures().join("valid.yaml");

@@ -1,36 +1,26 @@
 //! `tidemark-inventory record` and `recover` (dry run, then `--apply`) run as the real binary
-//! against the conformance server (or a real cluster), on a re-created Composition.
+//! against the conformance server (namespace `shop`, not `default`) or a real cluster, on a
+//! re-created Composition.
 
 mod common;
 
 use common::eno_objects::{composition, manifest, slice};
-use common::{kubeconfig_file, secret_namespace, Env};
+use common::{kubeconfig_file, run_inventory as run, secret_namespace, Env};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::Value;
-use std::process::Command;
 use tidemark_kube::eno::{Composition, ResourceSlice};
-
-fn run<S: AsRef<str>>(args: &[S]) -> (i32, Value) {
-    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_tidemark-inventory"))
-        .args(&args)
-        .output()
-        .expect("run tidemark-inventory");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("$ tidemark-inventory {}\n{stdout}", args.join(" "));
-    if !out.stderr.is_empty() {
-        eprintln!("stderr: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let v = serde_json::from_str(&stdout).unwrap_or(Value::Null);
-    (out.status.code().unwrap_or(-1), v)
-}
 
 // The binary blocks this thread while the server keeps serving on another worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_then_recover_dry_run_then_apply() {
     let env = Env::new().await;
-    let ns = env.ns.clone();
+    // Outside `default`: `record` and `recover` take their scope from --composition.
+    let ns = if env.simulated() {
+        "shop".to_string()
+    } else {
+        env.ns.clone()
+    };
     let kc = kubeconfig_file(&env);
     let kc = kc.to_str().expect("utf-8 path").to_string();
     let sns = secret_namespace(&env);

@@ -29,7 +29,7 @@ pub fn run(data: &[u8]) {
         if let Ok(ParsedManifest::Resource(e)) = parse_manifest(manifest) {
             e.validate()
                 .unwrap_or_else(|why| panic!("parse_manifest produced an invalid entry: {why}"));
-            let _ = (e.resource_id().api_version(), e.deletion_group());
+            let _ = (e.resource_id().api_version(), effective_deletion_group(&e));
         }
         resources.push(SliceResource {
             manifest: manifest.to_string(),

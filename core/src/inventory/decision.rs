@@ -23,6 +23,16 @@ pub enum Outcome {
     /// `n` tombstones were computed; plan-only mode waits for an operator (`recover --apply`
     /// or `recover --skip`). Not finished: recording waits.
     Planned(u64),
+    /// The plan would delete more than the budget allows: nothing was deleted, and the plan
+    /// waits for `recover --apply --allow-deletions N` (or `--skip`). Not finished.
+    Held {
+        /// Tombstones planned (protected ones included).
+        tombstones: u64,
+        /// Deletions the plan would make.
+        deletions: u64,
+        /// The most allowed without an operator.
+        limit: u64,
+    },
     /// An operator chose not to recover (`recover --skip`).
     Skipped,
     /// The lineage has no inventory.
@@ -38,6 +48,7 @@ impl Outcome {
             Outcome::NotNeeded => "NotNeeded",
             Outcome::Applied(_) => "Applied",
             Outcome::Planned(_) => "Planned",
+            Outcome::Held { .. } => "Held",
             Outcome::Skipped => "Skipped",
             Outcome::InventoryNotFound => "InventoryNotFound",
             Outcome::InventoryInvalid(_) => "InventoryInvalid",
@@ -48,13 +59,14 @@ impl Outcome {
     pub fn tombstones(self) -> u64 {
         match self {
             Outcome::Applied(n) | Outcome::Planned(n) => n,
+            Outcome::Held { tombstones, .. } => tombstones,
             _ => 0,
         }
     }
 
-    /// Finished decisions let recording proceed; `Planned` does not.
+    /// Finished decisions let recording proceed; `Planned` and `Held` do not.
     pub fn is_finished(self) -> bool {
-        !matches!(self, Outcome::Planned(_))
+        !matches!(self, Outcome::Planned(_) | Outcome::Held { .. })
     }
 }
 
@@ -88,6 +100,12 @@ struct Wire {
     tombstones: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     reason: Option<Reason>,
+    /// `Held` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    deletions: Option<u64>,
+    /// `Held` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    limit: Option<u64>,
     time: String,
 }
 
@@ -106,20 +124,36 @@ impl Decision {
                 Outcome::InventoryInvalid(r) => Some(r),
                 _ => None,
             },
+            deletions: match self.outcome {
+                Outcome::Held { deletions, .. } => Some(deletions),
+                _ => None,
+            },
+            limit: match self.outcome {
+                Outcome::Held { limit, .. } => Some(limit),
+                _ => None,
+            },
             time: self.time.format_rfc3339_nanos(),
         }
     }
 
     fn from_wire(w: Wire) -> Result<Decision, String> {
         let time = Timestamp::parse_rfc3339(&w.time).map_err(|e| e.to_string())?;
-        let outcome = match (w.outcome.as_str(), w.reason) {
-            ("NotNeeded", None) => Outcome::NotNeeded,
-            ("Applied", None) => Outcome::Applied(w.tombstones),
-            ("Planned", None) => Outcome::Planned(w.tombstones),
-            ("Skipped", None) => Outcome::Skipped,
-            ("InventoryNotFound", None) => Outcome::InventoryNotFound,
-            ("InventoryInvalid", Some(r)) => Outcome::InventoryInvalid(r),
-            (o, r) => return Err(format!("outcome {o:?} with reason {r:?}")),
+        let outcome = match (w.outcome.as_str(), w.reason, w.deletions, w.limit) {
+            ("Held", None, Some(deletions), Some(limit)) => Outcome::Held {
+                tombstones: w.tombstones,
+                deletions,
+                limit,
+            },
+            (o, _, Some(_), _) | (o, _, _, Some(_)) => {
+                return Err(format!("outcome {o:?} with deletions or limit"))
+            }
+            ("NotNeeded", None, ..) => Outcome::NotNeeded,
+            ("Applied", None, ..) => Outcome::Applied(w.tombstones),
+            ("Planned", None, ..) => Outcome::Planned(w.tombstones),
+            ("Skipped", None, ..) => Outcome::Skipped,
+            ("InventoryNotFound", None, ..) => Outcome::InventoryNotFound,
+            ("InventoryInvalid", Some(r), ..) => Outcome::InventoryInvalid(r),
+            (o, r, ..) => return Err(format!("outcome {o:?} with reason {r:?}")),
         };
         if w.synthesis_uuid.is_empty() {
             return Err("empty synthesisUUID".into());
@@ -171,6 +205,11 @@ mod tests {
             Outcome::NotNeeded,
             Outcome::Applied(3),
             Outcome::Planned(2),
+            Outcome::Held {
+                tombstones: 120,
+                deletions: 101,
+                limit: 100,
+            },
             Outcome::Skipped,
             Outcome::InventoryNotFound,
         ];
@@ -182,7 +221,10 @@ mod tests {
                 time: t,
             };
             assert_eq!(Decision::parse(&d.to_json()).unwrap(), d);
-            assert_eq!(d.finishes("u"), !matches!(o, Outcome::Planned(_)));
+            assert_eq!(
+                d.finishes("u"),
+                !matches!(o, Outcome::Planned(_) | Outcome::Held { .. })
+            );
             assert!(!d.finishes("other"));
         }
     }
@@ -204,6 +246,8 @@ mod tests {
             r#"{"synthesisUUID":"u","outcome":"Applied","tombstones":1,"time":"x"}"#,
             r#"{"synthesisUUID":"u","outcome":"InventoryInvalid","tombstones":0,"time":"2026-12-02T14:03:04Z"}"#,
             r#"{"synthesisUUID":"u","outcome":"Nope","tombstones":0,"time":"2026-12-02T14:03:04Z"}"#,
+            r#"{"synthesisUUID":"u","outcome":"Held","tombstones":3,"time":"2026-12-02T14:03:04Z"}"#,
+            r#"{"synthesisUUID":"u","outcome":"Applied","tombstones":3,"limit":1,"time":"2026-12-02T14:03:04Z"}"#,
             r#"{"synthesisUUID":"u","outcome":"InventoryInvalid","reason":"Bogus","tombstones":0,"time":"2026-12-02T14:03:04Z"}"#,
         ] {
             assert!(Decision::parse(bad).is_err(), "{bad}");

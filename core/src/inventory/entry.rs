@@ -105,16 +105,6 @@ impl Entry {
         }
     }
 
-    /// The `eno.azure.io/deletion-group` value; absent or unparseable counts as 0 (Eno's
-    /// default group), so unannotated resources are deleted with group 0.
-    pub fn deletion_group(&self) -> i64 {
-        self.annotations
-            .as_ref()
-            .and_then(|a| a.get(ANN_DELETION_GROUP))
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(0)
-    }
-
     /// Checks what a chunk read back from a Secret must satisfy to be trusted: non-empty
     /// version, kind and name, and a non-empty namespace when one is given.
     pub fn validate(&self) -> Result<(), String> {
@@ -369,7 +359,7 @@ mod tests {
         assert_eq!(cm.version, "v1");
         assert_eq!(cm.namespace.as_deref(), Some("ns"));
         assert_eq!(cm.annotations.as_ref().unwrap().len(), 1);
-        assert_eq!(cm.deletion_group(), 2);
+        assert_eq!(crate::inventory::effective_deletion_group(cm), Some(2));
         assert_eq!(e[1].namespace, None);
         assert_eq!(
             serde_json::to_string(cm).unwrap(),

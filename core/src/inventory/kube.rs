@@ -147,6 +147,37 @@ pub enum Output<S> {
     Stopped(S),
 }
 
+/// The sans-IO shape the recorder and the recovery machine share, so one driver loop (the
+/// kube driver's, the simulator's) runs either.
+pub trait Machine {
+    /// What the machine ends with.
+    type Outcome;
+    /// Next output.
+    fn poll(&mut self, now: Instant) -> Output<Self::Outcome>;
+    /// Feeds one input.
+    fn handle(&mut self, now: Instant, input: Input);
+}
+
+impl Machine for super::recorder::Recorder {
+    type Outcome = super::recorder::RecordOutcome;
+    fn poll(&mut self, now: Instant) -> Output<Self::Outcome> {
+        self.poll_output(now)
+    }
+    fn handle(&mut self, now: Instant, input: Input) {
+        self.handle_input(now, input)
+    }
+}
+
+impl Machine for super::recovery::Recovery {
+    type Outcome = super::recovery::RecoveryOutcome;
+    fn poll(&mut self, now: Instant) -> Output<Self::Outcome> {
+        self.poll_output(now)
+    }
+    fn handle(&mut self, now: Instant, input: Input) {
+        self.handle_input(now, input)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 use super::view::CompositionView;
 use super::ANN_LINEAGE;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 use thiserror::Error;
 
 /// Length of a derived lineage: 16 bytes of SHA-256 in lowercase hex.
@@ -94,6 +95,87 @@ pub fn lineage_conflicts(comp: &CompositionView, all: &[CompositionView]) -> Vec
     out
 }
 
+/// When `comp`'s lineage override names the default lineage of another namespace (one of
+/// the namespaces in `all`), a sentence saying so. A user who may create a Composition in
+/// one namespace must not be able to point recovery at another namespace's inventory.
+pub fn foreign_lineage(comp: &CompositionView, all: &[CompositionView]) -> Option<String> {
+    let value = comp.annotations.get(ANN_LINEAGE)?;
+    let synthesizers: BTreeSet<&str> = all
+        .iter()
+        .chain([comp])
+        .map(|c| c.synthesizer_name.as_str())
+        .collect();
+    let namespaces: BTreeSet<&str> = all
+        .iter()
+        .map(|c| c.namespace.as_str())
+        .filter(|ns| *ns != comp.namespace)
+        .collect();
+    namespaces.iter().find_map(|ns| {
+        synthesizers
+            .iter()
+            .find(|s| default_lineage(ns, s) == *value)
+            .map(|s| {
+                format!(
+                    "the lineage override {value} on {}/{} is the lineage of synthesizer {s} in namespace {ns}",
+                    comp.namespace, comp.name
+                )
+            })
+    })
+}
+
+/// Why a Composition may not use its lineage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineageProblem {
+    /// Other live Compositions (`namespace/name`, sorted) resolve to the same lineage.
+    Shared(Vec<String>),
+    /// The override names another namespace's lineage (the sentence says which).
+    Foreign(String),
+}
+
+impl LineageProblem {
+    /// A sentence for the decision detail and Events.
+    pub fn detail(&self, lineage: &str) -> String {
+        match self {
+            LineageProblem::Shared(others) => format!(
+                "lineage {lineage} is also used by live Compositions {}",
+                others.join(", ")
+            ),
+            LineageProblem::Foreign(d) => format!(
+                "{d}; start the controller with --allow-cross-namespace-lineage if that is intended"
+            ),
+        }
+    }
+}
+
+/// The lineage check recovery and recording make before they read or write a lineage, over
+/// the Compositions of every namespace. Unless `allow_cross_namespace`, a Composition whose
+/// override is foreign ([`foreign_lineage`]) is refused, and for that reason it does not count
+/// as sharing the lineage with the others: it never reads or writes it, and anyone who may
+/// create a Composition must not be able to block another namespace's recovery by naming
+/// its lineage.
+pub fn check_lineage(
+    comp: &CompositionView,
+    all: &[CompositionView],
+    allow_cross_namespace: bool,
+) -> Result<(), LineageProblem> {
+    if !allow_cross_namespace {
+        if let Some(d) = foreign_lineage(comp, all) {
+            return Err(LineageProblem::Foreign(d));
+        }
+    }
+    let candidates: Vec<CompositionView> = all
+        .iter()
+        .filter(|o| allow_cross_namespace || foreign_lineage(o, all).is_none())
+        .cloned()
+        .collect();
+    let shared = lineage_conflicts(comp, &candidates);
+    if shared.is_empty() {
+        Ok(())
+    } else {
+        Err(LineageProblem::Shared(shared))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +227,37 @@ mod tests {
         pinned
             .annotations
             .insert(ANN_LINEAGE.into(), default_lineage("ns", "syn"));
-        assert_eq!(lineage_conflicts(&a, &[a.clone(), pinned]), ["other-ns/p"]);
+        assert_eq!(
+            lineage_conflicts(&a, &[a.clone(), pinned.clone()]),
+            ["other-ns/p"]
+        );
+        // The override is another namespace's lineage: foreign, even with `a` gone.
+        assert!(foreign_lineage(&pinned, &[a.clone(), pinned.clone()])
+            .is_some_and(|d| d.contains("namespace ns")));
+        assert_eq!(
+            foreign_lineage(&pinned, std::slice::from_ref(&pinned)),
+            None
+        );
+        assert_eq!(foreign_lineage(&a, std::slice::from_ref(&a)), None);
+        let mut own = comp("ns", "o", "u8", "syn");
+        own.annotations
+            .insert(ANN_LINEAGE.into(), default_lineage("ns", "syn"));
+        assert_eq!(foreign_lineage(&own, &[a.clone(), pinned.clone()]), None);
+
+        // `pinned` is refused as foreign, and so does not block `a` (unless moves are allowed).
+        let all = [a.clone(), pinned.clone()];
+        assert!(matches!(
+            check_lineage(&pinned, &all, false),
+            Err(LineageProblem::Foreign(_))
+        ));
+        assert_eq!(check_lineage(&a, &all, false), Ok(()));
+        assert_eq!(
+            check_lineage(&a, &all, true),
+            Err(LineageProblem::Shared(vec!["other-ns/p".into()]))
+        );
+        assert_eq!(
+            check_lineage(&pinned, &all, true),
+            Err(LineageProblem::Shared(vec!["ns/a".into()]))
+        );
     }
 }

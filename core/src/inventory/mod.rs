@@ -8,7 +8,9 @@
 //!
 //! Pure pieces: [`entry`] (identities from manifests), [`lineage`], [`chunk`], [`secret`]
 //! (building a snapshot's Secrets), [`select`](mod@select) (choosing a snapshot), [`tombstone`],
-//! [`decision`] (the recovery-decision annotation), [`timestamp`] (RFC 3339).
+//! [`deletion_group`] (Eno's deletion order), [`budget`] (protected kinds, deletion budget),
+//! [`plan`] (the recovery plan every caller shares), [`decision`] (the recovery-decision
+//! annotation), [`timestamp`] (RFC 3339).
 //! Sans-IO state machines the kube driver runs: [`recorder::Recorder`] and
 //! [`recovery::Recovery`], both speaking [`kube::Command`] / [`kube::Reply`].
 //!
@@ -40,12 +42,15 @@
 //! assert!(matches!(outcome, RecordOutcome::NotEligible(Ineligible::NotFound)));
 //! ```
 
+pub mod budget;
 pub mod chunk;
 pub mod decision;
+pub mod deletion_group;
 pub mod eligibility;
 pub mod entry;
 pub mod kube;
 pub mod lineage;
+pub mod plan;
 pub mod recorder;
 pub mod recovery;
 pub mod secret;
@@ -54,18 +59,23 @@ pub mod timestamp;
 pub mod tombstone;
 pub mod view;
 
+pub use budget::{Hold, Policy, Protection};
 pub use chunk::{chunk_entries, decode_chunk, secret_name, ChunkError, DEFAULT_CHUNK_LIMIT};
 pub use decision::{Decision, Outcome, DECISION_ANNOTATION};
+pub use deletion_group::{deletion_order, effective_deletion_group};
 pub use eligibility::{Ineligible, Scope};
 pub use entry::{entries_from_slices, present_identities, Entry, Identity, ResourceId};
-pub use kube::{Command, CommandId, Input, KubeError, Output, Reply};
-pub use lineage::{default_lineage, lineage_conflicts, lineage_of};
+pub use kube::{Command, CommandId, Input, KubeError, Machine, Output, Reply};
+pub use lineage::{
+    check_lineage, default_lineage, foreign_lineage, lineage_conflicts, lineage_of, LineageProblem,
+};
+pub use plan::{check_snapshot, plan_recovery, tombstones_json, PlannedTombstone, RecoveryPlan};
 pub use recorder::{RecordOutcome, Recorder, RecorderConfig, RecorderStatus};
 pub use recovery::{Mode, Recovery, RecoveryConfig, RecoveryOutcome, RecoveryStatus};
 pub use secret::{build_snapshot_secrets, Secret, SnapshotSource};
 pub use select::{lineages_in, select, select_with_limit, Invalid, Reason, Selection, Snapshot};
 pub use timestamp::Timestamp;
-pub use tombstone::{deletion_order, tombstones};
+pub use tombstone::tombstones;
 pub use view::{CompositionView, ObjectView, SliceResource, SliceView, SynthesisView};
 
 /// Label on every inventory Secret; selection lists by it.
@@ -76,7 +86,8 @@ pub const ANN_LINEAGE: &str = "eno.azure.io/inventory-lineage";
 pub const ANN_RECOVERY_ENABLED: &str = "eno.azure.io/recovery-enabled";
 /// Kept on inventory entries: Eno's readiness ordering.
 pub const ANN_READINESS_GROUP: &str = "eno.azure.io/readiness-group";
-/// Kept on inventory entries: Eno's deletion ordering (highest group first).
+/// Kept on inventory entries: Eno's deletion ordering (lowest group first, see
+/// [`deletion_group`]).
 pub const ANN_DELETION_GROUP: &str = "eno.azure.io/deletion-group";
 /// On a downstream object: `orphan` means never delete it.
 pub const ANN_DELETION_STRATEGY: &str = "eno.azure.io/deletion-strategy";

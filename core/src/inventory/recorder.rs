@@ -6,7 +6,10 @@
 //!
 //! 1. GET the Composition; check eligibility (enabled, scope, opt-in, Ready, finished
 //!    recovery decision for the current UUID) and its lineage.
-//! 2. LIST Compositions: another live one with the same lineage => `LineageConflict`.
+//! 2. LIST Compositions of every namespace: another live one with the same lineage, or an
+//!    override naming another namespace's lineage (unless allowed), => `LineageConflict`.
+//!    With an override (unless allowed), also LIST the lineage's Secrets: any recorded for
+//!    another namespace => `LineageConflict`.
 //! 3. Read *all* the synthesis's ResourceSlices; stop on a missing, terminating or malformed one.
 //! 4. For each chunk `i`: GET the Secret; identical => skip; a newer snapshot's chunk (or a
 //!    Secret that is not ours) => stop, never overwrite; otherwise re-read the Composition
@@ -20,7 +23,7 @@ use super::chunk::DEFAULT_CHUNK_LIMIT;
 use super::eligibility::{check_recording, Ineligible, Scope};
 use super::entry::entries_from_slices;
 use super::kube::{Command, CommandId, Input, KubeError, Output, Reply};
-use super::lineage::{lineage_conflicts, lineage_of};
+use super::lineage::{check_lineage, lineage_of, LineageProblem};
 use super::secret::{build_snapshot_secrets, Secret, SnapshotSource};
 use super::timestamp::Timestamp;
 use super::view::{CompositionView, SliceView};
@@ -45,6 +48,9 @@ pub struct RecorderConfig {
     pub max_conflict_retries: u32,
     /// How long to wait for one reply before stopping with a retryable failure.
     pub request_timeout: Duration,
+    /// Record under an override that names another namespace's lineage (see
+    /// [`super::budget::Policy::allow_cross_namespace_lineage`]).
+    pub allow_cross_namespace_lineage: bool,
 }
 
 impl Default for RecorderConfig {
@@ -56,6 +62,7 @@ impl Default for RecorderConfig {
             chunk_limit: DEFAULT_CHUNK_LIMIT,
             max_conflict_retries: 5,
             request_timeout: Duration::from_secs(30),
+            allow_cross_namespace_lineage: false,
         }
     }
 }
@@ -75,7 +82,8 @@ pub enum RecordOutcome {
     },
     /// Nothing to do for now (not an error).
     NotEligible(Ineligible),
-    /// Other live Compositions (`namespace/name`) share the lineage: nothing recorded.
+    /// Other live Compositions (`namespace/name`) share the lineage, or (a sentence) the
+    /// lineage override names another namespace's lineage: nothing recorded.
     LineageConflict {
         lineage: String,
         others: Vec<String>,
@@ -145,6 +153,7 @@ pub struct RecorderStatus {
 enum Step {
     ReadComposition,
     ListCompositions,
+    ListLineageSecrets,
     ReadSlices,
     ReadSecret,
     Recheck,
@@ -295,6 +304,9 @@ impl Recorder {
                 self.stop(RecordOutcome::NotEligible(Ineligible::NotFound))
             }
             (Step::ListCompositions, Ok(Reply::Compositions(all))) => self.on_compositions(&all),
+            (Step::ListLineageSecrets, Ok(Reply::Secrets(secrets))) => {
+                self.on_lineage_secrets(&secrets)
+            }
             (Step::ReadSlices, Ok(Reply::Slices(slices))) => self.on_slices(slices),
             (Step::ReadSecret, Ok(Reply::Secret(s))) => self.on_secret(Some(s)),
             (Step::ReadSecret, Err(KubeError::NotFound)) => self.on_secret(None),
@@ -335,20 +347,62 @@ impl Recorder {
         self.comp = c;
         self.queued = Some((
             Step::ListCompositions,
-            Command::ListCompositions {
-                namespace: self.cfg.scope.namespace.clone(),
-            },
+            Command::ListCompositions { namespace: None },
         ));
     }
 
     fn on_compositions(&mut self, all: &[CompositionView]) {
-        let others = lineage_conflicts(&self.comp, all);
-        if !others.is_empty() {
+        let problem = check_lineage(&self.comp, all, self.cfg.allow_cross_namespace_lineage);
+        if let Err(p) = problem {
+            let others = match p {
+                LineageProblem::Shared(others) => others,
+                LineageProblem::Foreign(detail) => vec![detail],
+            };
             return self.stop(RecordOutcome::LineageConflict {
                 lineage: self.lineage.clone(),
                 others,
             });
         }
+        // An override may name the lineage of a namespace with no live Composition to give it
+        // away; its Secrets still say whose it is.
+        if self.comp.annotations.contains_key(ANN_LINEAGE)
+            && !self.cfg.allow_cross_namespace_lineage
+        {
+            self.queued = Some((
+                Step::ListLineageSecrets,
+                Command::ListSecrets {
+                    namespace: self.cfg.secret_namespace.clone(),
+                    label_selector: lineage_selector(&self.lineage),
+                },
+            ));
+            return;
+        }
+        self.read_slices();
+    }
+
+    /// Refuses to write into a lineage whose Secrets were recorded for another namespace.
+    fn on_lineage_secrets(&mut self, secrets: &[Secret]) {
+        let foreign = secrets
+            .iter()
+            .filter(|s| !s.terminating)
+            .filter_map(|s| s.annotations.get(ANN_COMPOSITION_NAMESPACE))
+            .filter(|ns| **ns != self.comp.namespace)
+            .min();
+        if let Some(ns) = foreign {
+            let detail = format!(
+                "the lineage override {} on {}/{} names a lineage recorded for namespace {ns:?}; \
+                 start the controller with --allow-cross-namespace-lineage if that is intended",
+                self.lineage, self.comp.namespace, self.comp.name
+            );
+            return self.stop(RecordOutcome::LineageConflict {
+                lineage: self.lineage.clone(),
+                others: vec![detail],
+            });
+        }
+        self.read_slices();
+    }
+
+    fn read_slices(&mut self) {
         self.status.phase = RecorderPhase::ReadingSlices;
         let names = self
             .comp

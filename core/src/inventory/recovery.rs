@@ -7,28 +7,38 @@
 //!    synthesized current synthesis). A finished decision for this UUID => `AlreadyDecided`.
 //! 2. If a previous synthesis exists and all its ResourceSlices are readable =>
 //!    `NotNeeded` (Eno's own tombstones cover it).
-//! 3. Otherwise: lineage conflict check (`InventoryInvalid(LineageConflict)`); read the
-//!    current slices (all must be readable: they define what is still wanted); list the
-//!    lineage's Secrets; [`select`](super::select::select_with_limit); tombstones in
-//!    deletion order.
-//! 4. [`Mode::Apply`]: for each tombstone, re-read the Composition (same UID, same synthesis
-//!    — a new synthesis could want the resource again), GET the object, skip it if it has
-//!    `eno.azure.io/deletion-strategy: orphan` or is already terminating, else DELETE with a
-//!    UID precondition. [`Mode::Plan`]: no deletes, `Planned(n)`.
+//! 3. Otherwise: lineage checks over the Compositions of every namespace: another live
+//!    Composition with the lineage, or an override naming another namespace's lineage
+//!    (unless allowed), is `InventoryInvalid(LineageConflict)`. Read the current slices (all
+//!    must be readable: they define what is still wanted); list the lineage's Secrets;
+//!    [`select`](super::select::select_with_limit); [`plan_recovery`] (namespace and time
+//!    checks, tombstones in Eno's deletion order, protection, budget).
+//! 4. [`Mode::Apply`]: over budget => `Held`, nothing deleted. Otherwise, group by group
+//!    (ungrouped first, then lowest group first), for each tombstone: protected => left in
+//!    place; else re-read the Composition (same UID, same synthesis — a new synthesis could
+//!    want the resource again), GET the object, skip it if it has
+//!    `eno.azure.io/deletion-strategy: orphan`, else DELETE with a UID precondition. Before
+//!    the next group starts, the objects of the group are read again every
+//!    [`RecoveryConfig::wait_poll`] until all are gone, or until [`RecoveryConfig::group_wait`]
+//!    has passed and those left are terminating (finalizers that never finish must not stop
+//!    recovery forever); one left that is not even terminating fails the recovery (retried). Time enters
+//!    through `poll_output`/`handle_input`: the wait is an `Output::Timeout`.
+//!    [`Mode::Plan`]: no deletes, `Planned(n)` (or `Held`).
 //! 5. Re-read the Composition and write the decision annotation with its resourceVersion as
 //!    precondition (409 => re-read and retry, bounded). [`Mode::DryRun`] writes nothing.
 
+use super::budget::{Hold, Policy};
 use super::chunk::DEFAULT_CHUNK_LIMIT;
 use super::decision::{Decision, Outcome, DECISION_ANNOTATION};
 use super::eligibility::{check_common, current_decision, Ineligible, Scope};
-use super::entry::{entries_from_slices, present_identities, Entry, Identity, ResourceId};
+use super::entry::{entries_from_slices, present_identities, Identity, ResourceId};
 use super::kube::{Command, CommandId, Input, KubeError, Output, Reply};
-use super::lineage::{lineage_conflicts, lineage_of};
+use super::lineage::{check_lineage, lineage_of};
+use super::plan::{plan_recovery, PlannedTombstone};
 use super::recorder::ordered_slices;
 use super::secret::Secret;
 use super::select::{select_with_limit, Invalid, Reason, Selection};
 use super::timestamp::Timestamp;
-use super::tombstone::{deletion_order, tombstones};
 use super::view::{CompositionView, ObjectView, SliceView};
 use super::*;
 use crate::time::Instant;
@@ -52,7 +62,7 @@ pub enum Mode {
 }
 
 /// Recovery settings.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RecoveryConfig {
     /// The feature switch.
     pub enabled: bool,
@@ -68,6 +78,13 @@ pub struct RecoveryConfig {
     pub max_conflict_retries: u32,
     /// How long to wait for one reply.
     pub request_timeout: Duration,
+    /// Namespace checks, protected kinds and the deletion budget.
+    pub policy: Policy,
+    /// Longest wait for a deletion group's objects to be gone (finalizers) before the next
+    /// group starts anyway.
+    pub group_wait: Duration,
+    /// How often a waiting group's objects are read again.
+    pub wait_poll: Duration,
 }
 
 impl Default for RecoveryConfig {
@@ -80,6 +97,9 @@ impl Default for RecoveryConfig {
             chunk_limit: DEFAULT_CHUNK_LIMIT,
             max_conflict_retries: 5,
             request_timeout: Duration::from_secs(30),
+            policy: Policy::default(),
+            group_wait: Duration::from_secs(300),
+            wait_poll: Duration::from_secs(2),
         }
     }
 }
@@ -95,6 +115,20 @@ pub enum DeleteResult {
     AlreadyDeleting,
     /// It carries `eno.azure.io/deletion-strategy: orphan`: left in place.
     SkippedOrphan,
+    /// A protected kind (see [`super::budget::Protection`]): planned, left in place.
+    Protected,
+}
+
+/// How recovery waited for one deletion group before the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupWait {
+    /// The group waited for.
+    pub group: i64,
+    /// Rounds of reads until all were gone or the wait ran out.
+    pub rounds: u32,
+    /// Objects still present (terminating) when the wait ran out; empty when all went.
+    pub gave_up_on: Vec<ResourceId>,
 }
 
 /// What recovery found and did.
@@ -104,10 +138,14 @@ pub struct Plan {
     pub lineage: String,
     /// The selection, when one was made (not for `NotNeeded`/`Skipped`).
     pub selection: Option<Selection>,
-    /// Tombstones in deletion order.
-    pub tombstones: Vec<Entry>,
+    /// Tombstones in deletion order, each with its effective group and protection.
+    pub tombstones: Vec<PlannedTombstone>,
+    /// Set when the plan is over the deletion budget.
+    pub hold: Option<Hold>,
     /// Per-tombstone results, in the order handled (Apply mode).
     pub results: Vec<(ResourceId, DeleteResult)>,
+    /// The waits between deletion groups (Apply mode).
+    pub waits: Vec<GroupWait>,
 }
 
 /// How a recovery ended.
@@ -155,6 +193,10 @@ pub struct RecoveryStatus {
     pub skipped: usize,
     /// 409s seen on the decision write.
     pub conflicts: u32,
+    /// The deletion group being waited for.
+    pub waiting_group: Option<i64>,
+    /// Rounds of reads spent waiting for groups.
+    pub wait_rounds: u32,
     /// Composition reads.
     pub composition_reads: u32,
 }
@@ -169,6 +211,7 @@ enum Step {
     RecheckBeforeDelete,
     GetResource,
     Delete,
+    WaitGet,
     RecheckBeforeDecision,
     WriteDecision,
 }
@@ -190,9 +233,31 @@ pub struct Recovery {
     plan: Plan,
     next_delete: usize,
     current_object: Option<ObjectView>,
+    /// Objects of the current deletion group that were deleted (or already terminating),
+    /// with their UIDs: what the wait before the next group reads again.
+    group_pending: Vec<(ResourceId, String)>,
+    waiting: Option<Wait>,
+    /// The latest time handed in.
+    now: Instant,
     outcome: Option<Outcome>,
     attempts: u32,
     status: RecoveryStatus,
+}
+
+/// A wait for one deletion group's objects to be gone.
+#[derive(Debug)]
+struct Wait {
+    group: i64,
+    deadline: Instant,
+    rounds: u32,
+    /// Index into `group_pending` of the object being read.
+    next: usize,
+    /// Objects found still present in this round.
+    still: Vec<(ResourceId, String)>,
+    /// Those of them without a deletionTimestamp: a delete that did not take.
+    lingering: Vec<ResourceId>,
+    /// Set between rounds: the next round starts at this time.
+    sleep_until: Option<Instant>,
 }
 
 impl Recovery {
@@ -214,6 +279,9 @@ impl Recovery {
             plan: Plan::default(),
             next_delete: 0,
             current_object: None,
+            group_pending: Vec::new(),
+            waiting: None,
+            now: Instant::default(),
             outcome: None,
             attempts: 0,
             status: RecoveryStatus::default(),
@@ -229,8 +297,15 @@ impl Recovery {
 
     /// Next thing to do. Drain until `Timeout` or `Stopped`.
     pub fn poll_output(&mut self, now: Instant) -> Output<RecoveryOutcome> {
+        self.now = self.now.max(now);
         if let Some(o) = &self.stopped {
             return Output::Stopped(o.clone());
+        }
+        if let Some(at) = self.waiting.as_ref().and_then(|w| w.sleep_until) {
+            if now < at {
+                return Output::Timeout(at);
+            }
+            self.wait_round();
         }
         if let Some((step, cmd)) = self.queued.take() {
             let id = self.next_id;
@@ -260,7 +335,8 @@ impl Recovery {
     }
 
     /// Feeds a reply. Replies to unknown or stale ids are ignored.
-    pub fn handle_input(&mut self, _now: Instant, input: Input) {
+    pub fn handle_input(&mut self, now: Instant, input: Input) {
+        self.now = self.now.max(now);
         let Input::Done { id, result } = input;
         match self.awaiting {
             Some((aid, step, _)) if aid == id && self.stopped.is_none() => {
@@ -330,6 +406,8 @@ impl Recovery {
             (Step::Delete, Err(KubeError::NotFound)) => {
                 self.record_result(DeleteResult::AlreadyAbsent)
             }
+            (Step::WaitGet, Ok(Reply::Object(o))) => self.on_wait_object(Some(o)),
+            (Step::WaitGet, Err(KubeError::NotFound)) => self.on_wait_object(None),
             (Step::RecheckBeforeDecision, Ok(Reply::Composition(c))) => self.on_decision_recheck(c),
             (Step::WriteDecision, Ok(_)) => self.on_decision_written(),
             (Step::WriteDecision, Err(KubeError::Conflict(m))) => {
@@ -376,9 +454,16 @@ impl Recovery {
         };
         let cur = c.current_synthesis.clone().unwrap_or_default();
         if let Some(d) = current_decision(&c) {
-            let planned_again =
-                matches!(d.outcome, Outcome::Planned(_)) && self.cfg.mode == Mode::Plan;
-            if self.cfg.mode != Mode::DryRun && (d.outcome.is_finished() || planned_again) {
+            // A plan waits for an operator; a held plan also for an explicit release.
+            let pending_again = match d.outcome {
+                Outcome::Planned(_) => self.cfg.mode == Mode::Plan,
+                Outcome::Held { .. } => {
+                    matches!(self.cfg.mode, Mode::Apply | Mode::Plan)
+                        && self.cfg.policy.allow_deletions.is_none()
+                }
+                _ => false,
+            };
+            if self.cfg.mode != Mode::DryRun && (d.outcome.is_finished() || pending_again) {
                 return self.stop(RecoveryOutcome::AlreadyDecided(d));
             }
         }
@@ -400,9 +485,9 @@ impl Recovery {
     fn list_compositions(&mut self) {
         self.queued = Some((
             Step::ListCompositions,
-            Command::ListCompositions {
-                namespace: self.cfg.scope.namespace.clone(),
-            },
+            // Every namespace, not only the watched one: an override may name the lineage of
+            // any namespace.
+            Command::ListCompositions { namespace: None },
         ));
     }
 
@@ -424,15 +509,17 @@ impl Recovery {
     }
 
     fn on_compositions(&mut self, all: &[CompositionView]) {
-        let others = lineage_conflicts(&self.comp, all);
-        if !others.is_empty() {
+        let conflict = check_lineage(
+            &self.comp,
+            all,
+            self.cfg.policy.allow_cross_namespace_lineage,
+        )
+        .err()
+        .map(|p| p.detail(&self.plan.lineage));
+        if let Some(detail) = conflict {
             self.plan.selection = Some(Selection::Invalid(Invalid {
                 reason: Reason::LineageConflict,
-                detail: format!(
-                    "lineage {} is also used by live Compositions {}",
-                    self.plan.lineage,
-                    others.join(", ")
-                ),
+                detail,
             }));
             return self.decide(Outcome::InventoryInvalid(Reason::LineageConflict));
         }
@@ -470,28 +557,158 @@ impl Recovery {
     }
 
     fn on_secrets(&mut self, secrets: &[Secret]) {
-        let sel = select_with_limit(secrets, &self.plan.lineage, self.cfg.chunk_limit);
-        let outcome = match &sel {
-            Selection::None => Outcome::InventoryNotFound,
-            Selection::Invalid(i) => Outcome::InventoryInvalid(i.reason),
-            Selection::Selected(s) => {
-                self.plan.tombstones = deletion_order(&tombstones(&s.entries, &self.present));
-                let n = self.plan.tombstones.len() as u64;
-                match self.cfg.mode {
-                    Mode::Apply => Outcome::Applied(n),
-                    _ => Outcome::Planned(n),
-                }
-            }
+        let selection = select_with_limit(secrets, &self.plan.lineage, self.cfg.chunk_limit);
+        let p = plan_recovery(
+            selection,
+            Some(&self.comp),
+            Some(&self.present),
+            &self.cfg.policy,
+        );
+        let outcome = match (self.cfg.mode, p.apply_outcome()) {
+            (Mode::Apply, o) => o,
+            (_, Outcome::Applied(n)) => Outcome::Planned(n),
+            (_, o) => o,
         };
-        self.status.tombstones = self.plan.tombstones.len();
-        self.plan.selection = Some(sel);
+        self.status.tombstones = p.tombstones.len();
+        self.plan.selection = p.selection;
+        self.plan.tombstones = p.tombstones;
+        self.plan.hold = p.hold;
         if matches!(outcome, Outcome::Applied(n) if n > 0) {
             self.outcome = Some(outcome);
             self.status.outcome = Some(outcome.name().into());
             self.next_delete = 0;
-            return self.read_composition(Step::RecheckBeforeDelete);
+            return self.next_tombstone();
         }
         self.decide(outcome);
+    }
+
+    /// Moves to the tombstone at `next_delete`: first the wait for the group just finished
+    /// (when another group follows), then protected tombstones are passed over, and the
+    /// next deletable one starts with a re-read of the Composition. After the last one the
+    /// decision is written.
+    fn next_tombstone(&mut self) {
+        loop {
+            let i = self.next_delete;
+            let prev = i.checked_sub(1).map(|p| self.plan.tombstones[p].group);
+            let cur = self.plan.tombstones.get(i).map(|t| t.group);
+            if prev.is_some() && prev != cur {
+                // A group ended. Eno waits only when a later group depends on it.
+                if let (Some(Some(g)), Some(Some(_))) = (prev, cur) {
+                    if !self.group_pending.is_empty() && self.waiting.is_none() {
+                        return self.start_wait(g);
+                    }
+                }
+                self.group_pending.clear();
+            }
+            let Some(t) = self.plan.tombstones.get(i) else {
+                let n = self.plan.tombstones.len() as u64;
+                return self.decide(Outcome::Applied(n));
+            };
+            if t.protected.is_none() {
+                return self.read_composition(Step::RecheckBeforeDelete);
+            }
+            let id = t.id();
+            self.status.skipped += 1;
+            self.plan.results.push((id, DeleteResult::Protected));
+            self.next_delete += 1;
+        }
+    }
+
+    fn start_wait(&mut self, group: i64) {
+        self.status.waiting_group = Some(group);
+        self.waiting = Some(Wait {
+            group,
+            deadline: self.now + self.cfg.group_wait,
+            rounds: 0,
+            next: 0,
+            still: Vec::new(),
+            lingering: Vec::new(),
+            sleep_until: None,
+        });
+        self.wait_round();
+    }
+
+    /// Reads every pending object of the group once, one GET at a time.
+    fn wait_round(&mut self) {
+        let Some(w) = self.waiting.as_mut() else {
+            return;
+        };
+        w.rounds += 1;
+        w.next = 0;
+        w.still.clear();
+        w.lingering.clear();
+        w.sleep_until = None;
+        self.status.wait_rounds += 1;
+        self.wait_get();
+    }
+
+    fn wait_get(&mut self) {
+        let Some(w) = self.waiting.as_ref() else {
+            return;
+        };
+        if let Some((id, _)) = self.group_pending.get(w.next) {
+            let id = id.clone();
+            self.queued = Some((Step::WaitGet, Command::GetResource { id }));
+        } else {
+            self.end_wait_round();
+        }
+    }
+
+    /// One pending object read during a wait: gone (`None`), replaced by a new object with
+    /// another UID (the one deleted is gone too), or still there.
+    fn on_wait_object(&mut self, o: Option<ObjectView>) {
+        let Some(w) = self.waiting.as_mut() else {
+            return;
+        };
+        if let (Some(o), Some((id, uid))) = (o, self.group_pending.get(w.next)) {
+            if o.uid == *uid || uid.is_empty() {
+                w.still.push((id.clone(), uid.clone()));
+                if !o.terminating {
+                    w.lingering.push(id.clone());
+                }
+            }
+        }
+        w.next += 1;
+        self.wait_get();
+    }
+
+    fn end_wait_round(&mut self) {
+        let Some(w) = self.waiting.as_mut() else {
+            return;
+        };
+        let elapsed = self.now >= w.deadline;
+        if !w.still.is_empty() && !elapsed {
+            self.group_pending = std::mem::take(&mut w.still);
+            w.sleep_until = Some((self.now + self.cfg.wait_poll).min(w.deadline));
+            return;
+        }
+        // Only terminating objects (finalizers) may be left behind; one that is not even
+        // terminating after its delete was accepted means the order cannot be trusted.
+        if !w.lingering.is_empty() {
+            let names: Vec<String> = w.lingering.iter().map(|id| format!("{id:?}")).collect();
+            let detail = format!(
+                "group {} was deleted, but after {:?} these still exist without a deletionTimestamp: {}; \
+                 find what re-creates or protects them (an admission webhook, another controller); \
+                 the next reconcile starts recovery again",
+                w.group,
+                self.cfg.group_wait,
+                names.join(", ")
+            );
+            return self.stop(RecoveryOutcome::Failed {
+                detail,
+                error: None,
+                retryable: true,
+            });
+        }
+        self.plan.waits.push(GroupWait {
+            group: w.group,
+            rounds: w.rounds,
+            gave_up_on: w.still.iter().map(|(id, _)| id.clone()).collect(),
+        });
+        self.waiting = None;
+        self.status.waiting_group = None;
+        self.group_pending.clear();
+        self.next_tombstone();
     }
 
     /// Same UID, same current synthesis, still eligible. Stops and returns false otherwise.
@@ -521,7 +738,7 @@ impl Recovery {
     }
 
     fn get_resource(&mut self) {
-        let id = self.plan.tombstones[self.next_delete].resource_id();
+        let id = self.plan.tombstones[self.next_delete].id();
         self.queued = Some((Step::GetResource, Command::GetResource { id }));
     }
 
@@ -530,9 +747,10 @@ impl Recovery {
             return self.record_result(DeleteResult::SkippedOrphan);
         }
         if o.terminating {
+            self.current_object = Some(o);
             return self.record_result(DeleteResult::AlreadyDeleting);
         }
-        let id = self.plan.tombstones[self.next_delete].resource_id();
+        let id = self.plan.tombstones[self.next_delete].id();
         self.queued = Some((
             Step::Delete,
             Command::DeleteResource {
@@ -544,21 +762,20 @@ impl Recovery {
     }
 
     fn record_result(&mut self, r: DeleteResult) {
-        let id = self.plan.tombstones[self.next_delete].resource_id();
+        let id = self.plan.tombstones[self.next_delete].id();
         if r == DeleteResult::Deleted {
             self.status.deleted += 1;
         } else {
             self.status.skipped += 1;
         }
-        self.plan.results.push((id, r));
-        self.current_object = None;
-        self.next_delete += 1;
-        if self.next_delete < self.plan.tombstones.len() {
-            self.read_composition(Step::RecheckBeforeDelete);
-        } else {
-            let n = self.plan.tombstones.len() as u64;
-            self.decide(Outcome::Applied(n));
+        let object = self.current_object.take();
+        if matches!(r, DeleteResult::Deleted | DeleteResult::AlreadyDeleting) {
+            let uid = object.map(|o| o.uid).unwrap_or_default();
+            self.group_pending.push((id.clone(), uid));
         }
+        self.plan.results.push((id, r));
+        self.next_delete += 1;
+        self.next_tombstone();
     }
 
     fn decision(&self) -> Option<Decision> {

@@ -16,29 +16,12 @@ pub fn tombstones(selected: &[Entry], present: &BTreeSet<Identity>) -> Vec<Entry
     )
 }
 
-/// The order recovery deletes in, following Eno's `eno.azure.io/deletion-group`: the
-/// highest group first and negative groups last, as Eno's own resource tree deletes
-/// (Azure/eno `internal/resource/tree_test.go`, `TestTreeDeletionGroups`). An absent or
-/// unparseable annotation counts as group 0; ties keep the inventory sort order. Deletes are
-/// issued in this order; waiting for finalizers between groups is left to each resource.
-pub fn deletion_order(tombstones: &[Entry]) -> Vec<Entry> {
-    let mut out = tombstones.to_vec();
-    out.sort_by(|a, b| {
-        b.deletion_group()
-            .cmp(&a.deletion_group())
-            .then_with(|| a.sort_cmp(b))
-    });
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inventory::ANN_DELETION_GROUP;
     use proptest::prelude::*;
-    use std::collections::BTreeMap;
 
-    fn e(kind: &str, name: &str, group: Option<&str>) -> Entry {
+    fn e(kind: &str, name: &str) -> Entry {
         Entry {
             group: String::new(),
             version: "v1".into(),
@@ -46,32 +29,18 @@ mod tests {
             namespace: Some("ns".into()),
             name: name.into(),
             labels: None,
-            annotations: group
-                .map(|g| BTreeMap::from([(ANN_DELETION_GROUP.to_string(), g.to_string())])),
+            annotations: None,
         }
     }
 
     #[test]
-    fn order_by_deletion_group() {
-        let t = vec![
-            e("A", "plain", None),
-            e("A", "late", Some("3")),
-            e("A", "early", Some("-1")),
-            e("A", "junk", Some("x")),
-        ];
-        let names: Vec<_> = deletion_order(&t).into_iter().map(|e| e.name).collect();
-        // Highest group first, negative last; "junk" and "plain" are group 0.
-        assert_eq!(names, ["late", "junk", "plain", "early"]);
-    }
-
-    #[test]
     fn present_is_never_a_tombstone() {
-        let sel = vec![e("A", "a", None), e("A", "b", None), e("B", "a", None)];
-        let present = BTreeSet::from([e("A", "a", None).identity()]);
+        let sel = vec![e("A", "a"), e("A", "b"), e("B", "a")];
+        let present = BTreeSet::from([e("A", "a").identity()]);
         let t = tombstones(&sel, &present);
         assert_eq!(t.len(), 2);
         // Version does not matter for identity.
-        let mut v2 = e("B", "a", None);
+        let mut v2 = e("B", "a");
         v2.version = "v2".into();
         let t = tombstones(&sel, &BTreeSet::from([v2.identity()]));
         assert!(t.iter().all(|x| x.kind != "B"));

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use tidemark_core::inventory::Mode;
+use tidemark_core::inventory::{Mode, Policy, Protection};
 use tidemark_kube::controller::{Controller, ControllerConfig, ControllerStats};
 use tidemark_kube::exec::{Clusters, Executor};
 use tidemark_kube::{inspect, ops};
@@ -34,7 +34,9 @@ struct Cli {
 struct Global {
     /// Optional config file (YAML or JSON) with the same settings in camelCase
     /// (kubeconfig, context, downstreamKubeconfig, downstreamContext, secretNamespace,
-    /// namespace, selector, recovery, minInterval, resync, requestTimeout). Flags win.
+    /// namespace, selector, recovery, minInterval, resync, requestTimeout,
+    /// allowCrossNamespaceLineage, maxDeletions, maxDeletionFraction,
+    /// deletableProtectedKinds, groupWait). Flags win.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Kubeconfig of the cluster holding Eno's Compositions (default: in-cluster or
@@ -74,22 +76,35 @@ enum Command {
         /// What the recovery decision made first may do.
         #[arg(long, value_enum, default_value_t = RecoveryMode::Apply)]
         recovery: RecoveryMode,
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
     /// Show (default), apply or skip recovery for one Composition's current synthesis.
     Recover {
         /// The Composition, NAMESPACE/NAME.
         #[arg(long, value_name = "NS/NAME")]
         composition: String,
-        /// Delete the planned resources (in Eno's deletion-group order, skipping
-        /// `eno.azure.io/deletion-strategy: orphan`) and record `Applied(n)`.
+        /// Delete the planned resources (in Eno's deletion-group order, lowest group first,
+        /// waiting for each group to be gone; skipping `eno.azure.io/deletion-strategy:
+        /// orphan` and protected kinds) and record `Applied(n)`. A plan over the budget is
+        /// held (`Held`) instead.
         #[arg(long, conflicts_with = "skip")]
         apply: bool,
+        /// With --apply: release a held plan of up to N deletions (the budget does not apply).
+        #[arg(long, value_name = "N", requires = "apply")]
+        allow_deletions: Option<u64>,
         /// Record `Skipped`: recording proceeds, nothing is deleted.
         #[arg(long)]
         skip: bool,
         /// Compute and print only (the default).
         #[arg(long, conflicts_with_all = ["apply", "skip"])]
         dry_run: bool,
+        #[command(flatten)]
+        policy: PolicyArgs,
+        #[command(flatten)]
+        wait: WaitArgs,
     },
     /// Offline: select a snapshot from `kubectl get secrets -o yaml|json` output and print
     /// one JSON object; with --current also the tombstones.
@@ -100,10 +115,48 @@ enum Command {
         /// The current synthesis's ResourceSlices, in the same forms.
         #[arg(long, value_name = "FILE")]
         current: Option<PathBuf>,
-        /// The lineage to select (default: the only lineage the Secrets carry).
+        /// The lineage to select (default: the Composition's, else the only lineage the
+        /// Secrets carry).
         #[arg(long)]
         lineage: Option<String>,
+        /// The Composition recovered for (`kubectl get composition -o yaml`): enables the
+        /// namespace and time checks, as the controller makes them.
+        #[arg(long, value_name = "FILE")]
+        composition: Option<PathBuf>,
+        #[command(flatten)]
+        policy: PolicyArgs,
     },
+}
+
+/// What recovery may delete on its own (shared by every command that plans recovery).
+#[derive(Debug, Clone, Args)]
+struct PolicyArgs {
+    /// Accept a snapshot recorded for another namespace, or a lineage override naming
+    /// another namespace's lineage. Only for moving a Composition on purpose: otherwise a
+    /// user of one namespace could point recovery at another namespace's resources.
+    #[arg(long)]
+    allow_cross_namespace_lineage: bool,
+    /// Hold a plan (delete nothing, wait for an operator) that would delete more than N
+    /// resources [default: 100].
+    #[arg(long, value_name = "N")]
+    max_deletions: Option<u64>,
+    /// Hold a plan that would delete more than this fraction of the snapshot's entries
+    /// [default: 0.5].
+    #[arg(long, value_name = "FRACTION")]
+    max_deletion_fraction: Option<f64>,
+    /// Protected tombstones recovery may delete after all: Namespace,
+    /// CustomResourceDefinition, kube-system (anything in that namespace). Comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "KINDS")]
+    deletable_protected_kinds: Vec<String>,
+}
+
+/// How recovery waits between deletion groups.
+#[derive(Debug, Clone, Args)]
+struct WaitArgs {
+    /// Longest wait for one deletion group's objects to be gone (finalizers) before the
+    /// next group starts anyway, e.g. 5m [default: 5m].
+    #[arg(long, value_name = "DURATION")]
+    group_wait: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -124,6 +177,10 @@ struct ControllerArgs {
     /// Full resync period, e.g. 10m.
     #[arg(long, value_name = "DURATION")]
     resync: Option<String>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+    #[command(flatten)]
+    wait: WaitArgs,
     #[command(flatten)]
     admin: AdminArgs,
 }
@@ -159,6 +216,45 @@ struct FileConfig {
     min_interval: Option<String>,
     resync: Option<String>,
     request_timeout: Option<String>,
+    allow_cross_namespace_lineage: Option<bool>,
+    max_deletions: Option<u64>,
+    max_deletion_fraction: Option<f64>,
+    deletable_protected_kinds: Option<Vec<String>>,
+    group_wait: Option<String>,
+}
+
+/// The recovery policy from flags, then the config file, then the defaults. Values that
+/// would make the budget meaningless are refused with the fix.
+fn policy(p: &PolicyArgs, file: &FileConfig, allow_deletions: Option<u64>) -> Result<Policy> {
+    let d = Policy::default();
+    let fraction = p
+        .max_deletion_fraction
+        .or(file.max_deletion_fraction)
+        .unwrap_or(d.max_deletion_fraction);
+    if !(fraction > 0.0 && fraction <= 1.0) {
+        bail!("--max-deletion-fraction {fraction}: must be above 0 and at most 1 (e.g. 0.5)");
+    }
+    let kinds = if p.deletable_protected_kinds.is_empty() {
+        file.deletable_protected_kinds.clone().unwrap_or_default()
+    } else {
+        p.deletable_protected_kinds.clone()
+    };
+    let deletable_protected = kinds
+        .iter()
+        .map(|k| k.trim().parse::<Protection>())
+        .collect::<Result<_, _>>()
+        .context("--deletable-protected-kinds")?;
+    Ok(Policy {
+        allow_cross_namespace_lineage: p.allow_cross_namespace_lineage
+            || file.allow_cross_namespace_lineage.unwrap_or(false),
+        max_deletions: p
+            .max_deletions
+            .or(file.max_deletions)
+            .unwrap_or(d.max_deletions),
+        max_deletion_fraction: fraction,
+        deletable_protected,
+        allow_deletions,
+    })
 }
 
 fn read_file_config(path: Option<&Path>) -> Result<FileConfig> {
@@ -233,7 +329,16 @@ struct Resolved {
     exec: Executor,
 }
 
-async fn resolve(g: &Global, file: &FileConfig, c: Option<&ControllerArgs>) -> Result<Resolved> {
+/// What one command runs with. `composition_namespace` is the namespace of the one
+/// Composition `record` and `recover` act on: their scope, whatever the controller's default.
+async fn resolve(
+    g: &Global,
+    file: &FileConfig,
+    composition_namespace: Option<&str>,
+    policy: Policy,
+    wait: &WaitArgs,
+    c: Option<&ControllerArgs>,
+) -> Result<Resolved> {
     let kubeconfig = g.kubeconfig.clone().or_else(|| file.kubeconfig.clone());
     let context = g.context.clone().or_else(|| file.context.clone());
     let eno = client(kubeconfig.as_deref(), context.as_deref()).await?;
@@ -264,8 +369,17 @@ async fn resolve(g: &Global, file: &FileConfig, c: Option<&ControllerArgs>) -> R
                 .or(file.request_timeout.as_deref()),
             d.request_timeout,
         )?,
+        group_wait: duration(
+            "group-wait",
+            wait.group_wait.as_deref().or(file.group_wait.as_deref()),
+            d.group_wait,
+        )?,
+        policy,
         ..d.clone()
     };
+    if let Some(ns) = composition_namespace {
+        cfg.namespace = ns.to_string();
+    }
     if let Some(c) = c {
         cfg.namespace = c
             .namespace
@@ -309,6 +423,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             secrets,
             current,
             lineage,
+            composition,
+            policy: p,
         } => {
             let spath = secrets.display().to_string();
             let stext = std::fs::read_to_string(secrets)
@@ -323,11 +439,22 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 None => None,
             };
+            let comp = match composition {
+                Some(p) => {
+                    let path = p.display().to_string();
+                    let text = std::fs::read_to_string(p)
+                        .with_context(|| format!("reading --composition {path}"))?;
+                    Some(inspect::composition_from(&text, &path)?)
+                }
+                None => None,
+            };
             let out = inspect::inspect(
                 &secrets,
                 slices.as_ref().map(|(s, _)| s.as_slice()),
                 lineage.as_deref(),
                 slices.as_ref().map_or("", |(_, p)| p.as_str()),
+                comp.as_ref(),
+                &policy(p, &file, None)?,
             )?;
             println!("{}", inspect::to_ordered_json(&out));
             Ok(ExitCode::SUCCESS)
@@ -335,11 +462,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Recover {
             composition,
             apply,
+            allow_deletions,
             skip,
             dry_run: _,
+            policy: p,
+            wait,
         } => {
             let (ns, name) = split_composition(composition)?;
-            let r = resolve(&cli.global, &file, None).await?;
+            let policy = policy(p, &file, *allow_deletions)?;
+            let r = resolve(&cli.global, &file, Some(&ns), policy, wait, None).await?;
             let mode = if *apply {
                 Mode::Apply
             } else if *skip {
@@ -349,7 +480,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             };
             let out = ops::recover_once(&r.exec, &r.cfg, &ns, &name, mode).await;
             print_json(&ops::recovery_report(&ns, &name, mode, &out))?;
-            Ok(if ops::recovery_succeeded(&out) {
+            Ok(if ops::recovery_succeeded(mode, &out) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -358,13 +489,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Record {
             composition,
             recovery,
+            policy: p,
+            wait,
         } => {
             let (ns, name) = split_composition(composition)?;
-            let r = resolve(&cli.global, &file, None).await?;
+            let policy = policy(p, &file, None)?;
+            let r = resolve(&cli.global, &file, Some(&ns), policy, wait, None).await?;
             let mode: Mode = (*recovery).into();
             let decided = ops::recover_once(&r.exec, &r.cfg, &ns, &name, mode).await;
             let recorded = ops::record_once(&r.exec, &r.cfg, &ns, &name).await;
-            let ok = ops::recovery_succeeded(&decided)
+            let ok = ops::recovery_succeeded(mode, &decided)
                 && !matches!(
                     recorded,
                     tidemark_core::inventory::RecordOutcome::Failed { .. }
@@ -380,7 +514,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             })
         }
         Command::Controller(c) => {
-            let r = resolve(&cli.global, &file, Some(c)).await?;
+            let policy = policy(&c.policy, &file, None)?;
+            let r = resolve(&cli.global, &file, None, policy, &c.wait, Some(c)).await?;
             let shutdown = Shutdown::install().context("installing signal handlers")?;
             let admin = Admin::new("tidemark-inventory", env!("CARGO_PKG_VERSION"));
             let handle = admin.handle();
@@ -392,6 +527,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 namespace = %r.cfg.namespace,
                 secret_namespace = %r.cfg.secret_namespace,
                 recovery = ?r.cfg.recovery_mode,
+                policy = ?r.cfg.policy,
                 "controller starting"
             );
             let mut metrics = Metrics::register(&handle);

@@ -96,6 +96,36 @@ pub fn secret_namespace(env: &Env) -> String {
     }
 }
 
+/// A plain HTTP/1.0 GET of the admin server on 127.0.0.1: the whole response, or `None`
+/// while nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// Runs `tidemark-inventory` with `args`: its exit code and the JSON it printed (`Null`
+/// when it printed none).
+pub fn run_inventory<S: AsRef<str>>(args: &[S]) -> (i32, serde_json::Value) {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark-inventory"))
+        .args(&args)
+        .output()
+        .expect("run tidemark-inventory");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("$ tidemark-inventory {}\n{stdout}", args.join(" "));
+    if !out.stderr.is_empty() {
+        eprintln!("stderr: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let v = serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code().unwrap_or(-1), v)
+}
+
 pub mod eno_objects {
     use kube::api::{Api, Patch, PatchParams, PostParams};
     use serde_json::json;
@@ -138,9 +168,26 @@ pub mod eno_objects {
         synthesized: &str,
         slice: &str,
     ) {
+        composition_with(api, name, synthesizer, uuid, synthesized, slice, None).await
+    }
+
+    /// [`composition`] with an optional `eno.azure.io/inventory-lineage` override.
+    pub async fn composition_with(
+        api: &Api<Composition>,
+        name: &str,
+        synthesizer: &str,
+        uuid: &str,
+        synthesized: &str,
+        slice: &str,
+        lineage: Option<&str>,
+    ) {
+        let mut annotations = json!({"eno.azure.io/recovery-enabled": "true"});
+        if let Some(l) = lineage {
+            annotations["eno.azure.io/inventory-lineage"] = json!(l);
+        }
         let c: Composition = serde_json::from_value(json!({
             "apiVersion": "eno.azure.io/v1", "kind": "Composition",
-            "metadata": {"name": name, "annotations": {"eno.azure.io/recovery-enabled": "true"}},
+            "metadata": {"name": name, "annotations": annotations},
             "spec": {"synthesizer": {"name": synthesizer}}
         }))
         .expect("composition json");
