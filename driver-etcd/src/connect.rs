@@ -24,8 +24,32 @@ pub struct ConnSettings {
     pub endpoints: Vec<String>,
     user: Option<(String, String)>,
     tls: Option<Tls>,
+    /// Where `tls` came from, to load it again when the files change (rotation).
+    tls_files: Option<TlsFiles>,
     /// Deadline for connecting (and the connect-time probe).
     pub connect_timeout: Duration,
+}
+
+/// The TLS files of one side and a digest of their contents when last loaded.
+#[derive(Clone)]
+struct TlsFiles {
+    side: String,
+    spec: TlsSpec,
+    digest: u64,
+}
+
+/// A digest of the CA, certificate and key files' contents; `None` while one is unreadable
+/// (a rotation in progress keeps the material already loaded).
+fn tls_digest(t: &TlsSpec) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for path in [&t.ca_file, &t.cert_file, &t.key_file]
+        .into_iter()
+        .flatten()
+    {
+        std::fs::read(path).ok()?.hash(&mut h);
+    }
+    Some(h.finish())
 }
 
 impl std::fmt::Debug for ConnSettings {
@@ -52,6 +76,11 @@ impl ConnSettings {
             Some(t) => Some(load_tls(side, t)?),
             None => None,
         };
+        let tls_files = spec.tls.as_ref().map(|t| TlsFiles {
+            side: side.to_string(),
+            spec: t.clone(),
+            digest: tls_digest(t).unwrap_or(0),
+        });
         let user = match &spec.auth {
             Some(a) => load_auth(side, a)?,
             None => None,
@@ -60,6 +89,7 @@ impl ConnSettings {
             endpoints: spec.endpoint_list.clone(),
             user,
             tls,
+            tls_files,
             connect_timeout,
         })
     }
@@ -70,6 +100,7 @@ impl ConnSettings {
             endpoints,
             user: None,
             tls: None,
+            tls_files: None,
             connect_timeout,
         }
     }
@@ -78,6 +109,32 @@ impl ConnSettings {
     pub fn with_user(mut self, user: &str, password: &str) -> Self {
         self.user = Some((user.into(), password.into()));
         self
+    }
+
+    /// Loads the TLS files again when their contents changed since they were last loaded;
+    /// true when new material is in use. Half-rotated or unreadable files keep the old
+    /// material (the next connect tries again).
+    fn refresh_tls(&mut self) -> bool {
+        let Some(files) = &mut self.tls_files else {
+            return false;
+        };
+        let Some(digest) = tls_digest(&files.spec) else {
+            return false;
+        };
+        if digest == files.digest {
+            return false;
+        }
+        match load_tls(&files.side, &files.spec) {
+            Ok(tls) => {
+                files.digest = digest;
+                self.tls = Some(tls);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(side = %files.side, error = %e, "changed TLS files could not be loaded; keeping the previous ones");
+                false
+            }
+        }
     }
 
     fn options(&self) -> ConnectOptions {
@@ -200,6 +257,8 @@ struct ConnState {
     next: usize,
     /// What the connect-time probe learned.
     last_probe: Option<StatusReply>,
+    /// The settings the next connect uses: TLS material is reloaded into them.
+    settings: ConnSettings,
 }
 
 /// A cluster connection shared by every command and watch task for one side.
@@ -207,6 +266,8 @@ pub struct ClusterConn {
     side: Cluster,
     settings: ConnSettings,
     state: Mutex<ConnState>,
+    /// TLS material reloads after rotation (`tidemark_mirror_tls_reloads_total`).
+    reloads: prometheus_client::metrics::counter::Counter,
 }
 
 impl std::fmt::Debug for ClusterConn {
@@ -231,14 +292,21 @@ impl ClusterConn {
     pub fn new(side: Cluster, settings: ConnSettings) -> Self {
         ClusterConn {
             side,
-            settings,
             state: Mutex::new(ConnState {
                 client: None,
                 generation: 0,
                 next: 0,
                 last_probe: None,
+                settings: settings.clone(),
             }),
+            settings,
+            reloads: Default::default(),
         }
+    }
+
+    /// The reload counter, to register in a metrics registry (clones share the count).
+    pub fn tls_reloads(&self) -> prometheus_client::metrics::counter::Counter {
+        self.reloads.clone()
     }
 
     /// Which cluster this is.
@@ -255,7 +323,12 @@ impl ClusterConn {
                 generation: st.generation,
             });
         }
-        let n = self.settings.endpoints.len().max(1);
+        if st.settings.refresh_tls() {
+            self.reloads.inc();
+            tracing::info!(cluster = ?self.side, "TLS files changed; connecting with the new certificate, key and CA");
+        }
+        let settings = st.settings.clone();
+        let n = settings.endpoints.len().max(1);
         let idx = st.next % n;
         let endpoint = self
             .settings
@@ -263,20 +336,20 @@ impl ClusterConn {
             .get(idx)
             .cloned()
             .unwrap_or_default();
-        let t = self.settings.connect_timeout;
+        let t = settings.connect_timeout;
         let attempt = async {
-            let mut client = match &self.settings.tls {
+            let mut client = match &settings.tls {
                 Some(Tls::Unverified(insecure)) => {
                     let channel = insecure
-                        .channel(&endpoint, self.settings.connect_timeout)
+                        .channel(&endpoint, settings.connect_timeout)
                         .map_err(|m| classify(Code::InvalidArgument, &m))?;
                     Client::from_channel(
                         etcd_client::Channel::Tonic(channel),
-                        Some(self.settings.options()),
+                        Some(settings.options()),
                     )
                     .await
                 }
-                _ => Client::connect([endpoint.as_str()], Some(self.settings.options())).await,
+                _ => Client::connect([endpoint.as_str()], Some(settings.options())).await,
             }
             .map_err(|e| failure_from(&e))?;
             let probe = probe::status(&mut client).await?;

@@ -434,7 +434,17 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     let mut admin = Admin::new("tidemark-mirror", env!("CARGO_PKG_VERSION"));
     let handle = admin.handle();
     let metrics = MirrorMetrics::default();
-    handle.with_registry(|r| metrics.register(r));
+    handle.with_registry(|r| {
+        metrics.register(r);
+        for (label, cluster) in [("source", Cluster::Source), ("target", Cluster::Target)] {
+            r.sub_registry_with_label(("cluster".into(), label.into()))
+                .register(
+                    "tidemark_mirror_tls_reloads",
+                    "Times the TLS certificate, key or CA files changed and were loaded again",
+                    exec.conn(cluster).tls_reloads(),
+                );
+        }
+    });
     let (ctl_tx, ctl_rx) = mpsc::channel::<Control>(16);
     // Under --resource the EtcdMirror is the control surface (`spec.mode: Drain`), and
     // Kubernetes RBAC decides who may change it; no HTTP control is served at all.

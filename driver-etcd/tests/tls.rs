@@ -198,3 +198,94 @@ async fn tls(v: V) {
     );
 }
 both_versions!(tls_ca_client_cert_and_server_name, tls);
+
+/// Certificates rotated during a run: the target is restarted with a server certificate from
+/// a new CA, and the agent's client certificate, key and CA files are replaced. The agent
+/// connects again with the new files, keeps its fence and counts the reload.
+async fn tls_rotation(v: V) {
+    use support::agent::{config, load, revision, Proc};
+    if Command::new("openssl").arg("version").output().is_err() {
+        assert!(std::env::var("CI").is_err(), "openssl CLI missing in CI");
+        eprintln!("!!!!! SKIPPING TLS rotation test: no openssl CLI !!!!!");
+        return;
+    }
+    let old = tempfile::tempdir().unwrap();
+    certs(old.path(), "ca-before-rotation");
+    let new = tempfile::tempdir().unwrap();
+    certs(new.path(), "ca-after-rotation");
+    let server_flags = |d: &Path| {
+        let f = |n: &str| d.join(n).display().to_string();
+        vec![
+            format!("--cert-file={}", f("server.pem")),
+            format!("--key-file={}", f("server.key")),
+            format!("--trusted-ca-file={}", f("ca.pem")),
+            "--client-cert-auth".into(),
+        ]
+    };
+    let Some(src) = Etcd::start(v, Flags::default()).await else {
+        return;
+    };
+    let flags = Flags {
+        tls_server: server_flags(old.path()),
+        tls_client: Some(spec(old.path(), None, true)),
+        ..Default::default()
+    };
+    let Some(mut tgt) = Etcd::start(v, flags).await else {
+        return;
+    };
+    // The agent reads its files from one directory, as from a mounted Secret.
+    let live = tempfile::tempdir().unwrap();
+    let install = |from: &Path| {
+        for f in ["ca.pem", "client.pem", "client.key"] {
+            let tmp = live.path().join(format!(".{f}.new"));
+            std::fs::copy(from.join(f), &tmp).unwrap();
+            std::fs::rename(&tmp, live.path().join(f)).unwrap();
+        }
+    };
+    install(old.path());
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.target.tls = Some(spec(live.path(), None, true));
+    load(&src, "/app/a/", 50, 16).await;
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    let rev = revision(&src).await;
+    let before = a
+        .wait("synced", 30 * Duration::from_secs(1), |s| {
+            s["phase"] == "Syncing" && s["lastAppliedRevision"].as_i64() >= Some(rev)
+        })
+        .await;
+
+    install(new.path());
+    tgt.restart_with_tls(
+        |args| {
+            args.retain(|a| !a.starts_with("--cert-file") && !a.starts_with("--key-file"));
+            args.retain(|a| !a.starts_with("--trusted-ca-file"));
+            args.extend(server_flags(new.path()));
+        },
+        spec(new.path(), None, true),
+    )
+    .await;
+    load(&src, "/app/b/", 50, 16).await;
+    let rev = revision(&src).await;
+    let after = a
+        .wait(
+            "caught up after the rotation",
+            60 * Duration::from_secs(1),
+            |s| s["phase"] == "Syncing" && s["lastAppliedRevision"].as_i64() >= Some(rev),
+        )
+        .await;
+    assert_eq!(after["epoch"], before["epoch"], "the fence was kept");
+    assert_eq!(after["holder"], before["holder"]);
+    let (_, metrics) = a.http("GET", "/metrics").unwrap();
+    assert!(
+        metrics.contains("tidemark_mirror_tls_reloads_total{cluster=\"target\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tidemark_mirror_tls_reloads_total{cluster=\"source\"} 0"),
+        "{metrics}"
+    );
+    assert!(a.log().contains("TLS files changed"), "{}", a.log());
+    assert!(a.term().success(), "{}", a.log());
+}
+both_versions!(tls_files_rotated_during_a_run_are_used, tls_rotation);

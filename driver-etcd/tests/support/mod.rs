@@ -276,6 +276,17 @@ impl Etcd {
         }
     }
 
+    /// Restarts with TLS server flags edited and `client` as the health check's TLS settings
+    /// (certificate rotation).
+    pub async fn restart_with_tls(
+        &mut self,
+        edit: impl FnOnce(&mut Vec<String>),
+        client: tidemark_core::config::TlsSpec,
+    ) {
+        self.tls_client = Some(client);
+        self.restart_with(edit).await;
+    }
+
     /// Restarts with edited flags (e.g. a larger quota), same data dir and ports.
     pub async fn restart_with(&mut self, edit: impl FnOnce(&mut Vec<String>)) {
         edit(&mut self.args);
