@@ -4,6 +4,7 @@
 //! cannot drift apart. The CRD schema is generated from those types and then extended with the
 //! CEL rules of [`rules`], so the apiserver refuses the same mistakes the agent would.
 
+pub mod events;
 pub mod resolve;
 pub mod rules;
 pub mod status;

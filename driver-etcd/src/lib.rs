@@ -10,6 +10,7 @@ pub mod config;
 pub mod connect;
 pub mod drain;
 pub mod error;
+pub mod events;
 pub mod exec;
 pub mod insecure;
 pub mod metrics;

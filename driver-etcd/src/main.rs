@@ -362,12 +362,17 @@ struct Sink {
     last_phase: Option<Phase>,
     /// The EtcdMirror status publisher, with --resource.
     resource: Option<StatusFeed>,
+    /// The EtcdMirror's Events, with --resource.
+    events: Option<tidemark_etcd::events::EventFeed>,
 }
 
 impl StatusSink for Sink {
     fn publish(&mut self, s: &Status, now: Instant) {
         if let Some(f) = &self.resource {
             f.offer(s, now);
+        }
+        if let Some(e) = &mut self.events {
+            e.offer(s);
         }
         self.admin.heartbeat();
         self.metrics.update(s);
@@ -471,6 +476,13 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
             }
         });
     }
+    let (events, event_task) = match &resource {
+        Some((client, r, resolved)) => {
+            let (feed, task) = tidemark_etcd::events::spawn(client.clone(), r, &resolved.uid);
+            (Some(feed), Some(task))
+        }
+        None => (None, None),
+    };
     let publisher = resource.map(|(client, r, resolved)| {
         tidemark_etcd::resource::spawn(client, r, &resolved, STATUS_INTERVAL, ctl_tx.clone())
     });
@@ -496,6 +508,7 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         show_progress: !a.no_progress,
         last_phase: None,
         resource: publisher.as_ref().map(|(feed, _)| feed.clone()),
+        events,
     };
     let agent = Agent::new(mirror, exec, AgentOptions::default());
     // The signal is shared by the agent and the post-drain linger.
@@ -518,6 +531,13 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         p.finish();
     }
     let s = mirror.status();
+    if let Some(e) = &mut sink.events {
+        e.offer(s);
+    }
+    drop(sink.events.take());
+    if let Some(t) = event_task {
+        t.finish().await;
+    }
     if let Some((_, p)) = publisher {
         match p.finish().await {
             Ok(Ended::Finished) => {}

@@ -296,6 +296,12 @@ async fn the_shipped_deployment_starts_and_serves_only_probes() {
             .any(|r| r.verb == "patch" && r.resource == "etcdmirrors/status"),
         "{requests:#?}"
     );
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.verb == "create" && r.resource == "events"),
+        "the agent records Events: {requests:#?}"
+    );
     let rules = role["rules"].as_array().unwrap();
     for r in requests {
         assert_eq!(r.namespace.as_deref(), Some(ns), "{r:?}");

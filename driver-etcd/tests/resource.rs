@@ -276,6 +276,32 @@ async fn etcdmirror_goes_through_initial_sync_syncing_draining_and_drained() {
     // Drained stops the mirror; SIGTERM ends the post-drain linger.
     let st = agent.term().await;
     assert!(st.success(), "{st:?}\n{}", agent.log());
+
+    // The way there, as Events regarding the EtcdMirror (`kubectl get events`).
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(api.clone().into_client(), NS);
+    let list = events.list(&Default::default()).await.unwrap();
+    let mut reasons = Vec::new();
+    for e in &list.items {
+        let regarding = e.regarding.as_ref().unwrap();
+        assert_eq!(regarding.kind.as_deref(), Some("EtcdMirror"));
+        assert_eq!(regarding.name.as_deref(), Some("m"));
+        assert_eq!(regarding.uid, created.metadata.uid);
+        assert_eq!(e.reporting_controller.as_deref(), Some("tidemark-mirror"));
+        reasons.push(e.reason.clone().unwrap_or_default());
+    }
+    for want in [
+        "InitialSync",
+        "Syncing",
+        "Draining",
+        "CutoverReady",
+        "Drained",
+    ] {
+        assert!(
+            reasons.iter().any(|r| r == want),
+            "no {want} event: {reasons:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
