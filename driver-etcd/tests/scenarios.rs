@@ -1,0 +1,212 @@
+//! Operator-facing failure scenarios on real etcd 3.4 and 3.5, with the real binary:
+//! SIGKILL in the middle of a split revision; compaction during a drain; deletes made while
+//! the agent is down, then compaction past its watermark (where a plain watch-based copy is
+//! left with stale keys); and a Sync agent meeting a target that has cut over.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+mod support;
+
+use std::time::Duration;
+use support::agent::{config, converge, load, revision, Proc};
+use support::{Etcd, Flags, V};
+use tidemark_core::mirror::{Checkpoint, Role};
+
+const SEC: Duration = Duration::from_secs(1);
+
+async fn pair(v: V) -> Option<(Etcd, Etcd)> {
+    let s = Etcd::start(v, Flags::default()).await?;
+    let t = Etcd::start(v, Flags::default()).await?;
+    Some((s, t))
+}
+
+fn num(v: &serde_json::Value, f: &str) -> i64 {
+    v[f].as_i64().unwrap_or(0)
+}
+
+fn synced(v: &serde_json::Value, rev: i64) -> bool {
+    v["phase"] == "Syncing" && num(v, "lastAppliedRevision") >= rev
+}
+
+async fn fence(tgt: &Etcd, c: &tidemark_core::config::MirrorConfig) -> Checkpoint {
+    let r = tgt
+        .client()
+        .await
+        .get(c.checkpoint_key(), None)
+        .await
+        .unwrap();
+    Checkpoint::decode(r.kvs()[0].value()).unwrap()
+}
+
+/// One source revision of 600 puts, split into paced 8-op Txns; SIGKILL while the fence
+/// records the split; a new agent finishes it from the recorded progress.
+async fn kill_mid_split(v: V) {
+    let Some((src, tgt)) = pair(v).await else {
+        return;
+    };
+    load(&src, "/app/big/", 600, 8).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.sync.max_txn_ops = 8;
+    cfg.sync.max_txns_in_flight = 1;
+    cfg.sync.max_ops_per_second = 200;
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    let rev = revision(&src).await;
+    a.wait("synced", 20 * SEC, |s| synced(s, rev)).await;
+    // One revision of 600 deletes (a put Txn is capped by the source's --max-txn-ops).
+    let mut c = src.client().await;
+    let big = c
+        .delete(
+            "/app/big/",
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap()
+        .header()
+        .unwrap()
+        .revision();
+    let deadline = tokio::time::Instant::now() + 20 * SEC;
+    let split = loop {
+        let ck = fence(&tgt, &cfg).await;
+        if let Some(s) = ck.split {
+            if s.done > 0 {
+                break s;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no split recorded: {:?}\n{}",
+            ck,
+            a.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(split.rev, big);
+    a.kill();
+    let ck = fence(&tgt, &cfg).await;
+    assert!(
+        ck.watermark < big,
+        "the watermark never claims a split revision"
+    );
+    let mut b = Proc::start(&cfg, dir.path(), "b");
+    let s = b.wait("split finished", 60 * SEC, |s| synced(s, big)).await;
+    assert!(
+        num(&s, "epoch") > ck.epoch as i64,
+        "the new agent claimed the fence from the killed one"
+    );
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    assert!(fence(&tgt, &cfg).await.split.is_none());
+    assert!(b.term().success(), "{}", b.log());
+}
+both_versions!(
+    sigkill_in_the_middle_of_a_split_revision_resumes_it,
+    kill_mid_split
+);
+
+/// A drain with a paced backlog, and the source compacted to its head while the drain
+/// catches up: the drain still cuts over with a target equal to the source.
+async fn compaction_during_drain(v: V) {
+    let Some((src, tgt)) = pair(v).await else {
+        return;
+    };
+    load(&src, "/app/", 200, 16).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.sync.max_ops_per_second = 300;
+    cfg.sync.max_txn_ops = 16;
+    let a = Proc::start_with(&cfg, dir.path(), "a", &["--drain-linger", "30s"]);
+    let rev = revision(&src).await;
+    a.wait("synced", 20 * SEC, |s| synced(s, rev)).await;
+    load(&src, "/app/burst/", 900, 16).await;
+    assert_eq!(a.post("/v1/drain").unwrap().0, 200);
+    a.wait("draining", 10 * SEC, |s| s["phase"] == "Draining")
+        .await;
+    let mut c = src.client().await;
+    let head = revision(&src).await;
+    c.compact(head, None).await.unwrap();
+    let s = a
+        .wait("cut over", 90 * SEC, |s| {
+            s["conditions"]["CutoverReady"]["status"] == true || s["phase"] == "Failed"
+        })
+        .await;
+    assert_eq!(s["phase"], "Drained", "{s}\n{}", a.log());
+    assert!(num(&s["cutover"], "drainedRevision") >= head, "{s}");
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    assert_eq!(fence(&tgt, &cfg).await.role, Role::Primary);
+}
+both_versions!(
+    compaction_during_a_drain_still_cuts_over,
+    compaction_during_drain
+);
+
+/// Keys deleted while no agent runs, then the source compacted past the watermark: the
+/// deletes can no longer be watched. The agent recovers from the compaction by copying the
+/// range again with a prune, so the deleted keys do not survive in the target.
+async fn deletes_while_down_then_compaction(v: V) {
+    let Some((src, tgt)) = pair(v).await else {
+        return;
+    };
+    load(&src, "/app/", 300, 16).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&src, "/app/", &tgt, "/mirror/");
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    let rev = revision(&src).await;
+    a.wait("synced", 20 * SEC, |s| synced(s, rev)).await;
+    assert!(a.term().success(), "{}", a.log());
+    let watermark = fence(&tgt, &cfg).await.watermark;
+    let mut c = src.client().await;
+    for i in (0..300).step_by(3) {
+        c.delete(format!("/app/k{i:05}"), None).await.unwrap();
+    }
+    c.put("/app/new-while-down", "x", None).await.unwrap();
+    let head = revision(&src).await;
+    c.compact(head, None).await.unwrap();
+    assert!(head > watermark);
+    let mut b = Proc::start(&cfg, dir.path(), "b");
+    let s = b.wait("recovered", 60 * SEC, |s| synced(s, head)).await;
+    assert!(num(&s, "forcedResyncCount") >= 1, "{s}");
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    let stale = tgt
+        .client()
+        .await
+        .get("/mirror/k00000", None)
+        .await
+        .unwrap();
+    assert!(stale.kvs().is_empty(), "a key deleted while down survived");
+    assert!(b.term().success(), "{}", b.log());
+}
+both_versions!(
+    deletes_while_down_then_compaction_leave_no_stale_keys,
+    deletes_while_down_then_compaction
+);
+
+/// After a cut-over the target is primary: a Sync agent started against it refuses, says
+/// why, and writes nothing.
+async fn sync_meets_primary(v: V) {
+    let Some((src, tgt)) = pair(v).await else {
+        return;
+    };
+    load(&src, "/app/", 50, 16).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&src, "/app/", &tgt, "/mirror/");
+    let mut a = Proc::start_with(&cfg, dir.path(), "a", &["--drain-linger", "0s"]);
+    let rev = revision(&src).await;
+    a.wait("synced", 20 * SEC, |s| synced(s, rev)).await;
+    assert_eq!(a.post("/v1/drain").unwrap().0, 200);
+    assert!(a.exit(60 * SEC).success(), "{}", a.log());
+    assert_eq!(fence(&tgt, &cfg).await.role, Role::Primary);
+    load(&src, "/app/later/", 10, 16).await;
+    let before = revision(&tgt).await;
+    let mut b = Proc::start(&cfg, dir.path(), "b");
+    let st = b.exit(30 * SEC);
+    assert_eq!(st.code(), Some(1), "{}", b.log());
+    assert!(b.log().contains("Primary"), "{}", b.log());
+    assert_eq!(
+        revision(&tgt).await,
+        before,
+        "a Sync agent wrote to a primary"
+    );
+}
+both_versions!(
+    a_sync_agent_refuses_a_target_that_cut_over,
+    sync_meets_primary
+);
