@@ -267,6 +267,22 @@ async fn run_range(exec: &Executor, cmd: Command) -> Result<RangeReply, Failure>
     }
 }
 
+/// A failure that says nothing about the check (the endpoint is a learner, a leader
+/// election, a timeout): reported as a warning, never a blocker.
+fn inconclusive(r: &mut Report, check: &str, what: &str, f: &Failure) {
+    r.add(
+        check,
+        Level::Warn,
+        format!("not proven: {what} failed with {f}; the agent retries such errors"),
+    );
+}
+
+/// Whether a failure is definite (the server refused the request as such) rather than a
+/// passing condition.
+fn definite(f: &Failure) -> bool {
+    matches!(f, Failure::Permanent { .. } | Failure::TooLarge { .. })
+}
+
 fn denied(f: &Failure) -> bool {
     matches!(
         f,
@@ -299,8 +315,12 @@ async fn read_source(r: &mut Report, exec: &Executor, ks: &KeySpace) -> bool {
             );
             false
         }
-        Err(f) => {
+        Err(f) if definite(&f) => {
             r.add("source.read", Level::Block, format!("reading {src:?}: {f}"));
+            false
+        }
+        Err(f) => {
+            inconclusive(r, "source.read", &format!("reading {src:?}"), &f);
             false
         }
     }
@@ -378,11 +398,12 @@ async fn write_target(r: &mut Report, exec: &Executor, c: &MirrorConfig, ks: &Ke
                 }
             ),
         ),
-        Err(f) => r.add(
+        Err(f) if definite(&f) => r.add(
             "target.write",
             Level::Block,
             format!("probing {shown:?}: {f}"),
         ),
+        Err(f) => inconclusive(r, "target.write", &format!("probing {shown:?}"), &f),
     }
     false
 }
@@ -401,6 +422,7 @@ async fn limits(r: &mut Report, exec: &Executor, c: &MirrorConfig, ks: &KeySpace
             Level::Pass,
             format!("a Txn of sync.maxTxnOps ({n}) ops is accepted"),
         ),
+        Err(f) if !definite(&f) => inconclusive(r, "target.maxTxnOps", "the probe", &f),
         Err(f) => r.add(
             "target.maxTxnOps",
             Level::Block,
@@ -421,6 +443,7 @@ async fn limits(r: &mut Report, exec: &Executor, c: &MirrorConfig, ks: &KeySpace
             Level::Pass,
             format!("a Txn of sync.txnFlushBytes ({bytes} bytes) is accepted"),
         ),
+        Err(f) if !definite(&f) => inconclusive(r, "target.requestBytes", "the probe", &f),
         Err(f) => r.add(
             "target.requestBytes",
             Level::Block,

@@ -210,3 +210,114 @@ both_versions!(
     a_sync_agent_refuses_a_target_that_cut_over,
     sync_meets_primary
 );
+
+/// A learner member of `tgt`'s cluster, as a raw etcd process; killed on drop.
+struct Learner {
+    child: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Learner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn add_learner(v: V, tgt: &Etcd) -> Learner {
+    let peer = format!("http://{}", support::agent::free_addr());
+    let url = format!("http://{}", support::agent::free_addr());
+    tgt.client()
+        .await
+        .member_add(
+            [peer.as_str()],
+            Some(etcd_client::MemberAddOptions::new().with_is_learner()),
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let leader_peer = tgt.flag("initial-advertise-peer-urls").unwrap();
+    let log = std::fs::File::create(dir.path().join("learner.log")).unwrap();
+    let child = std::process::Command::new(support::etcd_bin(v).unwrap())
+        .args([
+            "--name=l".to_string(),
+            format!("--data-dir={}", dir.path().join("data").display()),
+            format!("--listen-client-urls={url}"),
+            format!("--advertise-client-urls={url}"),
+            format!("--listen-peer-urls={peer}"),
+            format!("--initial-advertise-peer-urls={peer}"),
+            format!("--initial-cluster=t={leader_peer},l={peer}"),
+            "--initial-cluster-state=existing".to_string(),
+            "--log-level=warn".to_string(),
+        ])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let learner = Learner {
+        child,
+        url,
+        _dir: dir,
+    };
+    let deadline = tokio::time::Instant::now() + 20 * SEC;
+    loop {
+        if let Ok(mut c) = etcd_client::Client::connect([learner.url.as_str()], None).await {
+            if c.status().await.is_ok_and(|s| s.is_learner()) {
+                return learner;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the learner did not come up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A learner listed as the target's only endpoint: LearnerEndpoint says so, and nothing is
+/// written. With a voter after it in the list, the agent moves on and mirrors.
+async fn learner_endpoint(v: V) {
+    let Some((src, tgt)) = pair(v).await else {
+        return;
+    };
+    let learner = add_learner(v, &tgt).await;
+    load(&src, "/app/", 30, 16).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.target.endpoint_list = vec![learner.url.clone()];
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    let s = a
+        .wait("LearnerEndpoint", 30 * SEC, |s| {
+            s["conditions"]["LearnerEndpoint"]["status"] == true
+        })
+        .await;
+    assert!(
+        s["conditions"]["LearnerEndpoint"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("voting members"),
+        "{s}"
+    );
+    assert_ne!(s["phase"], "Syncing", "{s}");
+    assert!(a.term().success(), "{}", a.log());
+    let kvs = tgt
+        .client()
+        .await
+        .get(
+            "/mirror/",
+            Some(etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    assert!(kvs.kvs().is_empty(), "nothing written through a learner");
+
+    cfg.target.endpoint_list = vec![learner.url.clone(), tgt.url.clone()];
+    let mut b = Proc::start(&cfg, dir.path(), "b");
+    let rev = revision(&src).await;
+    b.wait("synced past the learner", 30 * SEC, |s| synced(s, rev))
+        .await;
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    assert!(b.term().success(), "{}", b.log());
+}
+both_versions!(a_learner_endpoint_is_reported_and_skipped, learner_endpoint);
