@@ -225,8 +225,9 @@ impl Executor {
         Api::namespaced_with(client.clone(), namespace, &ar)
     }
 
-    /// The API for a downstream kind: discovery when the cluster serves it, else kube's
-    /// pluralisation heuristic (the conformance server has no discovery endpoints).
+    /// The API for a downstream kind, by discovery. A kind the cluster does not serve has
+    /// no objects, so asking for one is `NotFound`; other discovery failures are classified
+    /// like any request (nothing is guessed, and failures are not cached).
     async fn resource_api(&self, id: &ResourceId) -> Result<Api<DynamicObject>, KubeError> {
         let key = (id.group.clone(), id.version.clone(), id.kind.clone());
         let cached = self
@@ -241,7 +242,8 @@ impl Executor {
                 let gvk = GroupVersionKind::gvk(&id.group, &id.version, &id.kind);
                 let ar = match kube::discovery::pinned_kind(&self.clusters.downstream, &gvk).await {
                     Ok((ar, _caps)) => ar,
-                    Err(_) => ApiResource::from_gvk(&gvk),
+                    Err(kube::Error::Discovery(_)) => return Err(KubeError::NotFound),
+                    Err(e) => return Err(classify(&e)),
                 };
                 self.discovered
                     .lock()

@@ -363,7 +363,14 @@ async fn a_crd_is_planned_after_its_custom_resources_and_not_deleted() {
     );
     let crds: Api<DynamicObject> = Api::all_with(env.client.clone(), &crd_ar);
     let widgets: Api<DynamicObject> = Api::namespaced_with(env.client.clone(), ns, &widget_ar);
-    let crd = DynamicObject::new("widgets.example.com", &crd_ar);
+    let mut crd = DynamicObject::new("widgets.example.com", &crd_ar);
+    // A served CRD: discovery then knows the Widget kind, as on a real cluster.
+    crd.data = json!({"spec": {
+        "group": "example.com",
+        "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+        "versions": [{"name": "v1", "served": true, "storage": true}],
+    }});
     crds.create(&PostParams::default(), &crd)
         .await
         .expect("crd");

@@ -476,6 +476,18 @@ impl ApiServer {
         if !obj.is_object() {
             return Err(ApiError::BadRequest("body must be an object".into()));
         }
+        if gvr.group == "apiextensions.k8s.io" && gvr.resource == "customresourcedefinitions" {
+            // A real apiserver serves a new CRD's kind at once and reports it Established.
+            let at = rfc3339(now);
+            let cond = |t: &str| {
+                serde_json::json!({"type": t, "status": "True", "reason": t,
+                    "message": "", "lastTransitionTime": at})
+            };
+            obj["status"] = serde_json::json!({
+                "conditions": [cond("NamesAccepted"), cond("Established")],
+                "acceptedNames": obj["spec"]["names"].clone(),
+            });
+        }
         let body_ns = meta_str(&obj, "namespace").unwrap_or_default();
         if !body_ns.is_empty() && body_ns != namespace {
             return Err(ApiError::BadRequest(format!(

@@ -145,6 +145,25 @@ async fn handle(
             &json!({"major": "1", "minor": "37", "gitVersion": "v1.37.0-tidemark-conformance"}),
         );
     }
+    if method == Method::GET && uri.path() == "/openapi/v2" {
+        // No schemas are published: an empty OpenAPI v2 document (the empty protobuf
+        // message), so kubectl's client-side validation finds no type to check against and
+        // leaves validation to the server, which stores what it is given.
+        return Response::builder()
+            .status(StatusCode::OK)
+            .header(
+                header::CONTENT_TYPE,
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            )
+            .body(Body::empty())
+            .unwrap_or_else(|_| Response::new(Body::empty()));
+    }
+    if method == Method::GET {
+        let doc = super::discovery::document(&shared.lock(), uri.path());
+        if let Some(doc) = doc {
+            return json_response(200, &doc);
+        }
+    }
     let Some(target) = parse_path(uri.path()) else {
         return error_response(
             &ApiError::NotFound {
@@ -182,10 +201,48 @@ async fn handle(
         shared.changes.send_replace(rv);
         r
     };
+    let wants_table = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"));
     match result {
+        Ok((code, v)) if wants_table && method == Method::GET => {
+            let items = match v["items"].as_array() {
+                Some(items) => items.clone(),
+                None => vec![v],
+            };
+            let resource = super::discovery::find(&shared.lock(), &target.gvr);
+            let table = match resource {
+                Some(r) => super::discovery::table(&r, &items, wall_secs()),
+                None => return json_response(code, &json!({"items": items})),
+            };
+            json_response(code, &table)
+        }
         Ok((code, v)) => json_response(code, &v),
         Err(e) => error_response(&e, &group),
     }
+}
+
+fn wall_secs() -> i64 {
+    i64::try_from(wall_now().0 / 1_000_000_000).unwrap_or(0)
+}
+
+/// An events.k8s.io/v1 Event in the core/v1 shape.
+fn core_event(e: &Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": e["metadata"],
+        "involvedObject": e["regarding"],
+        "reason": e["reason"],
+        "message": e["note"],
+        "type": e["type"],
+        "source": {"component": e["reportingController"]},
+        "reportingComponent": e["reportingController"],
+        "reportingInstance": e["reportingInstance"],
+        "eventTime": e["eventTime"],
+        "count": e.pointer("/series/count").cloned().unwrap_or(json!(1)),
+    })
 }
 
 fn is_true(v: Option<&String>) -> bool {
@@ -209,11 +266,18 @@ fn dispatch(
     };
     match (method, &t.name) {
         (&Method::GET, None) => {
-            let (items, rv) = api.list(
+            let (mut items, rv) = api.list(
                 &t.gvr,
                 t.namespace.as_deref(),
                 q.get("labelSelector").map(String::as_str),
             )?;
+            if t.gvr == Gvr::new("", "v1", "events") {
+                // One store behind both event APIs, as on a real apiserver: `kubectl get
+                // events` also shows what was recorded through events.k8s.io.
+                let newer = Gvr::new("events.k8s.io", "v1", "events");
+                let (more, _) = api.list(&newer, t.namespace.as_deref(), None)?;
+                items.extend(more.iter().map(core_event));
+            }
             Ok((200, api.list_object(&t.gvr, items, rv)))
         }
         (&Method::POST, None) => {

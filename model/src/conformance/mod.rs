@@ -8,7 +8,15 @@
 //! `labelSelector`), watch (`?watch=true`), POST, PUT, PATCH (merge, JSON, strategic merge
 //! treated as merge, server-side apply approximated as a merge that may create), DELETE with
 //! preconditions, and `dryRun=All`. Faults are injected through [`ConformanceServer::with_api`].
+//!
+//! For the real `kubectl` (and kube's discovery client) it also serves discovery (`/api`,
+//! `/apis`, `/api/v1`, `/apis/{group}/{version}`: built-in kinds plus every stored CRD, which
+//! is reported `Established`), an empty OpenAPI v2 document (so client-side validation defers
+//! to the server), server-side tables with a CRD's printer columns, and core/v1 Events as a
+//! view of events.k8s.io Events. `cargo run -p tidemark-model --example apiserver -- FILE`
+//! runs it as a process and writes a kubeconfig to FILE.
 
+mod discovery;
 mod http;
 
 use crate::apiserver::ApiServer;
