@@ -15,9 +15,12 @@ use crate::connect::{ClusterConn, ConnSettings};
 use crate::error::DriverError;
 use crate::Executor;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tidemark_core::classify::{Failure, PermanentKind};
-use tidemark_core::config::{InitialSyncMode, MirrorConfig, Mode, ETCD_DEFAULT_MAX_REQUEST_BYTES};
+use tidemark_core::config::{
+    InitialSyncMode, MirrorConfig, Mode, OversizedRevision, ETCD_DEFAULT_MAX_REQUEST_BYTES,
+};
 use tidemark_core::etcd::{
     Cluster, Command, Compare, CompareTarget, RangeReply, RangeRequest, Reply, SortBy, StatusReply,
     TxnOp, TxnRequest,
@@ -590,6 +593,9 @@ async fn size(
 ) {
     let (mut key, end) = ks.source_range();
     let (mut keys, mut bytes, mut largest, mut total) = (0u64, 0u64, 0usize, 0i64);
+    // Keys (and bytes) still present per mod revision: a lower bound on what the largest
+    // source revision put into the range.
+    let mut revisions: BTreeMap<i64, (u64, usize)> = BTreeMap::new();
     let mut pinned = 0;
     while keys < opts.sample_keys {
         let mut cmd = range(Cluster::Source, (key.clone(), end.clone()), 1000);
@@ -616,6 +622,8 @@ async fn size(
             let n = kv.key.len() + kv.value.len();
             bytes += n as u64;
             largest = largest.max(n);
+            let r = revisions.entry(kv.mod_revision).or_insert((0, 0));
+            *r = (r.0 + 1, r.1 + n);
         }
         match page.kvs.last() {
             Some(last) if page.more => {
@@ -653,6 +661,7 @@ async fn size(
             ),
         );
     }
+    revision_size(r, c, &revisions);
     let room = DEFAULT_QUOTA_BYTES - target.db_size;
     let level = if estimate > room {
         Level::Warn
@@ -672,6 +681,48 @@ async fn size(
             } else {
                 ""
             }
+        ),
+    );
+}
+
+/// The largest source revision seen in the sample against what one Txn may carry: it is
+/// split across Txns (the default) or, with `oversizedRevision: Fail`, stops the mirror.
+fn revision_size(r: &mut Report, c: &MirrorConfig, revisions: &BTreeMap<i64, (u64, usize)>) {
+    let Some((&rev, &(ops, bytes))) = revisions.iter().max_by_key(|(_, (ops, _))| *ops) else {
+        return;
+    };
+    let max_ops = u64::from(c.sync.max_txn_ops.saturating_sub(1));
+    let max_bytes = c.sync.txn_flush_bytes as usize;
+    if ops <= max_ops && bytes <= max_bytes {
+        r.add(
+            "source.largestRevision",
+            Level::Pass,
+            format!(
+                "revision {rev} wrote {ops} keys ({bytes} bytes) still present; one Txn holds it"
+            ),
+        );
+        return;
+    }
+    let (level, what) = match c.sync.oversized_revision {
+        OversizedRevision::Split => (
+            Level::Warn,
+            "it will be applied across several fenced Txns (oversizedRevision: Split), not \
+             atomically",
+        ),
+        OversizedRevision::Fail => (
+            Level::Block,
+            "with oversizedRevision: Fail the mirror stops there; raise sync.maxTxnOps and \
+             sync.txnFlushBytes (and the target's --max-txn-ops and --max-request-bytes), or \
+             use Split",
+        ),
+    };
+    r.add(
+        "source.largestRevision",
+        level,
+        format!(
+            "revision {rev} wrote at least {ops} keys ({bytes} bytes), more than one Txn of \
+             sync.maxTxnOps ({}) and sync.txnFlushBytes ({max_bytes}) holds: {what}",
+            c.sync.max_txn_ops
         ),
     );
 }

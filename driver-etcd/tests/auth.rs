@@ -363,5 +363,21 @@ async fn blockers(v: V) {
     let (code, levels, text) = preflight(&c2, d);
     assert!(code < 2, "{text}");
     assert_eq!(level(&levels, "lag"), "pass", "{text}");
+
+    // One source revision of 100 puts, more than a Txn of 16 ops holds: split (a warning),
+    // or with oversizedRevision: Fail, a blocker.
+    let ops: Vec<etcd_client::TxnOp> = (0..100)
+        .map(|i| etcd_client::TxnOp::put(format!("/app/rev/{i:03}"), "v", None))
+        .collect();
+    root(&src)
+        .await
+        .txn(etcd_client::Txn::new().and_then(ops))
+        .await
+        .unwrap();
+    c2.sync.max_txn_ops = 16;
+    let (_, levels, text) = preflight(&c2, d);
+    assert_eq!(level(&levels, "source.largestRevision"), "warn", "{text}");
+    c2.sync.oversized_revision = tidemark_core::config::OversizedRevision::Fail;
+    expect(&c2, "source.largestRevision");
 }
 both_versions!(preflight_finds_each_blocker, blockers);
