@@ -491,29 +491,35 @@ async fn fence(
             r.add(
                 "fence",
                 Level::Block,
-                format!("the fence record is invalid and the agent fails closed on it: {e}"),
+                format!(
+                    "CheckpointInvalid: the checkpoint at the fence key cannot be used ({e}); \
+                     nothing was written. Inspect it with `tidemark-mirror checkpoint`, then \
+                     restore or delete it"
+                ),
             );
             return None;
         }
     };
     let link = c.link_id();
     if ck.link != link {
+        // Worded as the core's refusal at connect (PrefixConflict).
         r.add(
             "fence",
             Level::Block,
             format!(
-                "the fence belongs to link {:?}, not {link:?} (FenceLost): another mirror owns \
-                 this target range; choose another target.prefix or sync.destPrefix",
+                "PrefixConflict: the fence key holds the checkpoint of another link ({:?}); \
+                 choose another target prefix or checkpoint.key (this config's link is {link:?})",
                 ck.link
             ),
         );
     } else if ck.role == Role::Primary && c.mode == Mode::Sync {
+        // Worded as the core's refusal at connect (FenceLost).
         r.add(
             "fence",
             Level::Block,
             format!(
-                "the target has cut over (role Primary at watermark {}); no mirror writes to it \
-                 again. Delete the fence key only if you mean to mirror into it afresh",
+                "FenceLost: the target was cut over (fence role Primary); a mirror must never \
+                 write to it again (watermark {})",
                 ck.watermark
             ),
         );
