@@ -12,7 +12,7 @@ use tidemark_core::mirror::status::{self as core, Phase as CorePhase};
 use tidemark_core::mirror::Status;
 use tidemark_core::Instant;
 
-/// Lifecycle phase, as the DESIGN.md vocabulary.
+/// Lifecycle phase, with the names the core reports (`tidemark_core::mirror::Phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 pub enum Phase {
     #[default]

@@ -15,7 +15,7 @@ use tidemark_core::mirror::Status;
 use tidemark_core::Instant;
 use tokio::sync::mpsc;
 
-/// The core contract (DESIGN.md, "The core contract"), so the loop runs the mirror and test
+/// The core contract (docs/design.md, "The core contract"), so the loop runs the mirror and test
 /// doubles alike.
 pub trait Core: Send {
     /// Feeds one input at `now`.

@@ -1,6 +1,7 @@
 //! `batcher`: arbitrary revision streams and limits against the batching properties.
 //!
-//! Properties (DESIGN.md "Batching at revision boundaries"):
+//! Properties (docs/design.md, "The fence record" and "The mirror's flows": target writes are
+//! atomic at source-revision boundaries):
 //! - the emitted ops are exactly the pushed ops, in order (a `clear` drops the unemitted tail);
 //! - no batch exceeds `maxTxnOps - 1` ops (one slot is the fence put) or `txnFlushBytes`,
 //!   except a lone op over the byte budget;

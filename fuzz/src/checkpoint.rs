@@ -42,10 +42,16 @@ pub fn run(data: &[u8]) {
     if let Some(a) = &c.anchor {
         assert!(c.v >= 2, "accepted an anchor in a version 1 record");
         assert!(!a.key.is_empty(), "accepted an empty anchor key");
-        assert!(a.create >= 1 && a.rev >= a.create, "accepted anchor revisions {a:?}");
+        assert!(
+            a.create >= 1 && a.rev >= a.create,
+            "accepted anchor revisions {a:?}"
+        );
         assert!(a.ver >= 1, "accepted anchor version {}", a.ver);
         assert!(
-            a.sha.len() == 16 && a.sha.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            a.sha.len() == 16
+                && a.sha
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
             "accepted anchor digest {:?}",
             a.sha
         );

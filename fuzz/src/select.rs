@@ -3,7 +3,7 @@
 //! Input: a few snapshots built the way the recorder builds them, then damaged by arbitrary
 //! mutations (dropped, duplicated, renamed, re-annotated, bit-flipped, terminating chunks),
 //! plus arbitrary extra Secrets. Properties, checked by an independent reading of
-//! DESIGN.md "Selection and tombstones":
+//! README "Inventory snapshots" and docs/design.md "Inventory recovery":
 //! - a selected snapshot is complete and consistent: exactly the live chunks of one UUID,
 //!   indices `0..count` once each, names matching, metadata identical on every chunk, hashes
 //!   matching when present, entries equal to the decoded chunks in index order (never mixed);

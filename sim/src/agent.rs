@@ -7,7 +7,7 @@ use std::time::Duration;
 use tidemark_core::mirror::{Input, Output, Status};
 use tidemark_core::{Instant, MirrorConfig};
 
-/// The core contract (DESIGN.md "The core contract"), so the simulator can drive the real
+/// The core contract (docs/design.md "The core contract"), so the simulator can drive the real
 /// mirror or its test double the same way.
 pub trait Replicator: std::fmt::Debug {
     fn handle_input(&mut self, now: Instant, input: Input);

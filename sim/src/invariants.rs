@@ -3,7 +3,7 @@
 //! The target only changes through applied Txns, and `source@W` is immutable for a fixed W,
 //! so checking at every applied target write is checking at every step.
 //!
-//! Invariants (DESIGN.md "Checkpoint record", issue S1):
+//! Invariants (docs/design.md "The fence record"):
 //! - **(a) watermark**: whenever the fence has `split == null && scan == null`, the target
 //!   range (fence excluded) equals `rewrite(source@watermark)`, keys and values.
 //! - **(b) fencing**: every applied target write carries a fence put, and no commit lands

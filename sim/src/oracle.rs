@@ -1,6 +1,6 @@
 //! The checker's own reading of the key rewrite and the fence record.
 //!
-//! Written independently from the core (from DESIGN.md "Keys" and "Checkpoint record"), so a
+//! Written independently from the core (from docs/design.md "The fence record" and the key rewriting of the README), so a
 //! bug in the core's rewrite or checkpoint encoding shows up as a violation instead of being
 //! shared by the code under test and its checker.
 
@@ -75,7 +75,7 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// Parses the JSON record of DESIGN.md; None if it does not decode.
+    /// Parses the JSON fence record (docs/design.md "The fence record"); None if it does not decode.
     pub fn parse(bytes: &[u8]) -> Option<Fence> {
         let v: Value = serde_json::from_slice(bytes).ok()?;
         let split = match v.get("split") {

@@ -109,7 +109,7 @@ pub fn check_common(
 }
 
 /// Recording eligibility: the common checks, a Ready current synthesis, and a finished
-/// recovery decision for its UUID (DESIGN.md "Recovery decision comes before recording").
+/// recovery decision for its UUID (README "Inventory snapshots": the recovery decision comes first, recording follows).
 pub fn check_recording(
     enabled: bool,
     scope: &Scope,

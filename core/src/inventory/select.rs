@@ -1,6 +1,6 @@
 //! Selection: which snapshot of a lineage, if any, recovery may trust.
 //!
-//! Rules (DESIGN.md "Selection and tombstones"): group the lineage's live Secrets by
+//! Rules (README "Inventory snapshots"; docs/design.md "Inventory recovery"): group the lineage's live Secrets by
 //! synthesis UUID; only the newest group by `synthesized` is a candidate, and it is selected
 //! only if complete and consistent. Anything doubtful about the newest group is
 //! [`Selection::Invalid`] — never a fallback to older history, since an older snapshot
