@@ -136,6 +136,9 @@ impl Mirror {
         pinned: bool,
     ) {
         let drift = counts.missing + counts.divergent + counts.orphan;
+        if let Some(w) = &mut self.drain_watch {
+            w.unpinned_rounds = if pinned { 0 } else { w.unpinned_rounds + 1 };
+        }
         if !pinned {
             // The watermark was compacted, so the round compared against the latest source:
             // a delete still in flight looks like an orphan and nothing is proven. Read the
