@@ -1548,8 +1548,9 @@ impl World {
         }
         let mut cmd = cmd;
         if let Command::Txn(t) = &mut cmd {
-            if self.opts.faulty == Some(FaultyMode::DropFenceCompare) {
+            if self.opts.faulty == Some(FaultyMode::DropFenceCompare) && !t.compares.is_empty() {
                 t.compares.clear();
+                self.coverage.mark("faulty.fence_compare_dropped");
             }
             if self.opts.faulty == Some(FaultyMode::CompareChainStart) {
                 self.compare_chain_start(agent, id, t);
