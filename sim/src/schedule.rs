@@ -166,6 +166,14 @@ impl Fault {
         }
     }
 
+    /// Every fault kind name: the first swarm's, the controls', the history's.
+    pub fn all_kinds() -> impl Iterator<Item = &'static str> {
+        Fault::KINDS
+            .into_iter()
+            .chain(Fault::CONTROL_KINDS)
+            .chain(Fault::HISTORY_KINDS)
+    }
+
     /// Whether the fault edits the target range behind the mirror's back.
     pub fn is_drift(&self) -> bool {
         matches!(

@@ -4,7 +4,7 @@
 //! need the core are also run around the reference test double, so a verdict there depends
 //! on the checker alone.
 
-use tidemark_sim::runner::{run, RunResult};
+use tidemark_sim::runner::{run, shrink, RunResult};
 use tidemark_sim::schedule::{Fault, TimedFault};
 use tidemark_sim::{FaultyMode, ReplicatorKind, Schedule};
 
@@ -147,4 +147,48 @@ fn the_same_schedules_pass_without_the_fault() {
             }
         }
     }
+}
+
+/// The shrinker keeps what a failure needs and drops the rest: ApplyTwiceAfterCrash needs
+/// its one crash, and network noise added around it is not needed.
+#[test]
+fn the_shrinker_reduces_a_caught_mode_to_the_one_fault_it_needs() {
+    let mut s = schedule(0, FaultyMode::ApplyTwiceAfterCrash, ReplicatorKind::Core);
+    let needed = s.faults.clone();
+    let safety = s.options.safety_ms;
+    let noise = [77, 78, 79]
+        .into_iter()
+        .flat_map(|seed| Schedule::generate(seed, ReplicatorKind::Core).faults)
+        .filter(|f| {
+            f.at_ms < safety
+                && matches!(
+                    f.fault,
+                    Fault::Partition { .. }
+                        | Fault::LatencySpike { .. }
+                        | Fault::Timeouts { .. }
+                        | Fault::LeaderLoss { .. }
+                        | Fault::Throttle { .. }
+                        | Fault::WatchReset
+                )
+        });
+    s.faults.extend(noise);
+    s.faults.sort_by_key(|f| f.at_ms);
+    assert!(s.faults.len() >= 10, "noise: {:?}", s.faults);
+    let want = run(&s, false)
+        .violation
+        .map(|v| v.invariant)
+        .expect("the noisy schedule fails");
+    let (small, r) = shrink(&s, 200);
+    assert_eq!(
+        small.faults,
+        needed,
+        "shrunk from {} faults",
+        s.faults.len()
+    );
+    assert_eq!(r.violation.map(|v| v.invariant), Some(want.clone()));
+    assert_eq!(
+        run(&small, false).violation.map(|v| v.invariant),
+        Some(want),
+        "the shrunk schedule still fails the same way"
+    );
 }
