@@ -535,13 +535,38 @@ fn drain_refuses_to_cut_over_with_orphans_left() {
     assert!(!h.m.status().condition(ConditionType::CutoverReady));
 }
 
+/// A verification round pinned at `pinned` whose source read finds it compacted, so it
+/// compares against the latest source (at `latest`, without `/app/b`); returns what follows.
+fn unpinned_round(
+    h: &mut Harness,
+    cmds: Vec<(CommandId, Command)>,
+    pinned: i64,
+    latest: i64,
+) -> Vec<(CommandId, Command)> {
+    let ((src, rev), tgt) = pass_reads(&cmds);
+    assert_eq!(rev, pinned);
+    h.done(src, Err(Failure::Compacted { rev: 0 }));
+    let (src2, _) = one(h.drain());
+    h.serve_pass(
+        src2,
+        tgt,
+        PassFixture {
+            src: (latest, vec![kv(b"/app/a", b"1", 50)]),
+            tgt: (13, vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")]),
+        },
+    );
+    let cmds = h.drain();
+    h.pass_fixture = None;
+    cmds
+}
+
 #[test]
 fn an_unpinned_drain_round_is_retried_instead_of_refusing_in_flight_deletes() {
     // Found by the simulator: a compaction past the watermark made the verification read
     // the latest source, where a key deleted after the watermark (still in the target, the
     // tail being held) looked like an orphan, and the drain failed permanently.
     let mut h = draining();
-    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (w, cmds) = cold_start_then(&mut h, "3.5.13");
     let (id, _) = one(cmds);
     h.done(
         id,
@@ -553,33 +578,41 @@ fn an_unpinned_drain_round_is_retried_instead_of_refusing_in_flight_deletes() {
         })),
     );
     let cmds = h.drain();
-    let ((src, rev), tgt) = pass_reads(&cmds);
-    assert_eq!(rev, 100);
-    h.done(src, Err(Failure::Compacted { rev: 0 }));
-    let (src2, _) = one(h.drain());
     // /app/b was deleted at 120, after the watermark: absent from the latest source.
-    h.serve_pass(
-        src2,
-        tgt,
-        PassFixture {
-            src: (130, vec![kv(b"/app/a", b"1", 50)]),
-            tgt: (13, vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")]),
-        },
-    );
-    let cmds = h.drain();
-    h.pass_fixture = None;
+    let cmds = unpinned_round(&mut h, cmds, 100, 130);
     assert_eq!(
         h.stopped(),
         None,
         "an unpinned round proves nothing; no verdict"
     );
-    assert!(!h.m.status().condition(ConditionType::CutoverReady));
+    assert_eq!(
+        cutover_not_ready(&h).0,
+        DRAIN_PROGRESSING,
+        "one unpinned round is not yet a loop"
+    );
     // The drain starts over: it reads its target again.
-    let (_, cmd) = one(cmds);
+    let (id, cmd) = one(cmds);
     let Command::Range(r) = &cmd else {
         panic!("{cmd:?}")
     };
     assert!(r.count_only, "{r:?}");
+    // The source compacts past the watermark again before the next round can pin it: the
+    // drain goes round in a loop that progress cannot end, and says so at once.
+    h.done(id, Ok(range(130, vec![], false)));
+    h.drain();
+    h.watch(w, WatchEvent::Progress { revision: 130 });
+    let (id, cmd) = one(h.drain());
+    assert!(
+        data_ops(&cmd).is_empty(),
+        "the idle advance to the drain target"
+    );
+    h.done(id, Ok(txn_ok(15)));
+    let cmds = h.drain();
+    unpinned_round(&mut h, cmds, 130, 140);
+    assert_eq!(h.stopped(), None);
+    let (reason, message) = cutover_not_ready(&h);
+    assert_eq!(reason, "WatermarkCompacted");
+    assert!(message.contains("compaction retention"), "{message}");
 }
 
 #[test]

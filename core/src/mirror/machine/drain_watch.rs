@@ -81,7 +81,7 @@ impl Mirror {
             block = None;
         }
         let (reason, message) =
-            block.unwrap_or_else(|| (DRAIN_PROGRESSING.to_string(), self.drain_step()));
+            block.unwrap_or_else(|| (DRAIN_PROGRESSING.to_string(), self.drain_stage().into()));
         self.status
             .set_condition(now, C::CutoverReady, false, &reason, message);
     }
@@ -156,17 +156,23 @@ impl Mirror {
         self.status.conditions.get(&c).is_some_and(|c| !c.status)
     }
 
-    /// Where the drain is, for the message.
-    fn drain_step(&self) -> String {
-        let w = self.status.last_applied_revision;
-        let stage = match self.stage {
+    /// Where the drain is. The `Draining` message is this alone, so it changes with the
+    /// step, not with every revision (the status has the watermark and the drain target).
+    fn drain_stage(&self) -> &'static str {
+        match self.stage {
             Stage::Connecting | Stage::Fencing => "connecting",
             Stage::Genesis => "initial sync",
             Stage::Parked => "parked",
             Stage::Stopped => "stopped",
             Stage::Tail if self.pass.is_some() => "verifying",
             Stage::Tail => "catching up",
-        };
+        }
+    }
+
+    /// Where the drain is, with the revisions, for a block's message.
+    fn drain_step(&self) -> String {
+        let w = self.status.last_applied_revision;
+        let stage = self.drain_stage();
         match self.status.drain_target_revision {
             Some(t) => format!("{stage}: watermark {w}, drain target {t}"),
             None => format!("{stage}: watermark {w}, drain target not read yet"),
