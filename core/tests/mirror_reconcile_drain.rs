@@ -524,15 +524,49 @@ fn drain_refuses_to_cut_over_with_orphans_left() {
         })),
     );
     let cmds = h.drain();
-    let next = verify(&mut h, cmds, vec![], vec![tkv(b"/mirror/stray", b"x")]);
+    // The fence read that confirms the verdict is answered from the same target: ours.
+    let fence = tkv(FENCE, &h.applied_fence.clone());
+    let next = verify(
+        &mut h,
+        cmds,
+        vec![],
+        vec![fence, tkv(b"/mirror/stray", b"x")],
+    );
     assert!(next.is_empty());
     match h.stopped() {
-        Some(StopReason::Failed { message, .. }) => {
+        Some(StopReason::Failed { kind, message }) => {
+            assert_eq!(kind, FailKind::Permanent);
             assert!(message.contains("deleteOrphans"), "{message}")
         }
         other => panic!("{other:?}"),
     }
     assert!(!h.m.status().condition(ConditionType::CutoverReady));
+}
+
+#[test]
+fn an_orphan_verdict_after_another_agent_took_the_fence_is_fence_lost() {
+    // Found by the simulator (seed 500008972): the verification read the target while a
+    // twin claimed the fence and wrote past the pinned revision; its key looked like an
+    // orphan, and the agent told the operator to set deleteOrphans.
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.done(id, Ok(range(100, vec![], false)));
+    let cmds = h.drain();
+    let mut twin = Checkpoint::decode(&h.applied_fence).unwrap();
+    twin.epoch += 1;
+    twin.holder = "0123456789abcdef0123456789abcdef".into();
+    twin.watermark = 130;
+    let fence = tkv(FENCE, &twin.encode());
+    let next = verify(&mut h, cmds, vec![], vec![fence, tkv(b"/mirror/new", b"x")]);
+    assert!(next.is_empty(), "nothing is written: {next:?}");
+    match h.stopped() {
+        Some(StopReason::Failed { kind, message }) => {
+            assert_eq!(kind, FailKind::FenceLost, "{message}");
+            assert!(message.contains("epoch 2"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A verification round pinned at `pinned` whose source read finds it compacted, so it

@@ -105,6 +105,8 @@ enum Job {
     PassSource(u64),
     PassTarget(u64),
     DrainTarget,
+    /// The fence read again before a drain verdict stops the agent (see `drain.rs`).
+    ConfirmVerdict,
     /// Informational: keys left for a resumed scan (progress estimate only).
     CountRemaining,
     Fire,
