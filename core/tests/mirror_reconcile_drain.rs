@@ -13,6 +13,7 @@ use tidemark_core::config::{InitialSyncMode, Mode};
 use tidemark_core::etcd::{Cluster, Command, KeyValue, Reply, SortBy, WatchEvent};
 use tidemark_core::mirror::{
     Checkpoint, CommandId, ConditionType, Control, FailKind, Input, Phase, Role, StopReason,
+    DRAIN_PROGRESSING, DRAIN_STALL_AFTER,
 };
 
 fn reconciling(delete_orphans: bool) -> Harness {
@@ -523,10 +524,18 @@ fn drain_refuses_to_cut_over_with_orphans_left() {
         })),
     );
     let cmds = h.drain();
-    let next = verify(&mut h, cmds, vec![], vec![tkv(b"/mirror/stray", b"x")]);
+    // The fence read that confirms the verdict is answered from the same target: ours.
+    let fence = tkv(FENCE, &h.applied_fence.clone());
+    let next = verify(
+        &mut h,
+        cmds,
+        vec![],
+        vec![fence, tkv(b"/mirror/stray", b"x")],
+    );
     assert!(next.is_empty());
     match h.stopped() {
-        Some(StopReason::Failed { message, .. }) => {
+        Some(StopReason::Failed { kind, message }) => {
+            assert_eq!(kind, FailKind::Permanent);
             assert!(message.contains("deleteOrphans"), "{message}")
         }
         other => panic!("{other:?}"),
@@ -535,12 +544,63 @@ fn drain_refuses_to_cut_over_with_orphans_left() {
 }
 
 #[test]
+fn an_orphan_verdict_after_another_agent_took_the_fence_is_fence_lost() {
+    // Found by the simulator (seed 500008972): the verification read the target while a
+    // twin claimed the fence and wrote past the pinned revision; its key looked like an
+    // orphan, and the agent told the operator to set deleteOrphans.
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.done(id, Ok(range(100, vec![], false)));
+    let cmds = h.drain();
+    let mut twin = Checkpoint::decode(&h.applied_fence).unwrap();
+    twin.epoch += 1;
+    twin.holder = "0123456789abcdef0123456789abcdef".into();
+    twin.watermark = 130;
+    let fence = tkv(FENCE, &twin.encode());
+    let next = verify(&mut h, cmds, vec![], vec![fence, tkv(b"/mirror/new", b"x")]);
+    assert!(next.is_empty(), "nothing is written: {next:?}");
+    match h.stopped() {
+        Some(StopReason::Failed { kind, message }) => {
+            assert_eq!(kind, FailKind::FenceLost, "{message}");
+            assert!(message.contains("epoch 2"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A verification round pinned at `pinned` whose source read finds it compacted, so it
+/// compares against the latest source (at `latest`, without `/app/b`); returns what follows.
+fn unpinned_round(
+    h: &mut Harness,
+    cmds: Vec<(CommandId, Command)>,
+    pinned: i64,
+    latest: i64,
+) -> Vec<(CommandId, Command)> {
+    let ((src, rev), tgt) = pass_reads(&cmds);
+    assert_eq!(rev, pinned);
+    h.done(src, Err(Failure::Compacted { rev: 0 }));
+    let (src2, _) = one(h.drain());
+    h.serve_pass(
+        src2,
+        tgt,
+        PassFixture {
+            src: (latest, vec![kv(b"/app/a", b"1", 50)]),
+            tgt: (13, vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")]),
+        },
+    );
+    let cmds = h.drain();
+    h.pass_fixture = None;
+    cmds
+}
+
+#[test]
 fn an_unpinned_drain_round_is_retried_instead_of_refusing_in_flight_deletes() {
     // Found by the simulator: a compaction past the watermark made the verification read
     // the latest source, where a key deleted after the watermark (still in the target, the
     // tail being held) looked like an orphan, and the drain failed permanently.
     let mut h = draining();
-    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (w, cmds) = cold_start_then(&mut h, "3.5.13");
     let (id, _) = one(cmds);
     h.done(
         id,
@@ -552,33 +612,41 @@ fn an_unpinned_drain_round_is_retried_instead_of_refusing_in_flight_deletes() {
         })),
     );
     let cmds = h.drain();
-    let ((src, rev), tgt) = pass_reads(&cmds);
-    assert_eq!(rev, 100);
-    h.done(src, Err(Failure::Compacted { rev: 0 }));
-    let (src2, _) = one(h.drain());
     // /app/b was deleted at 120, after the watermark: absent from the latest source.
-    h.serve_pass(
-        src2,
-        tgt,
-        PassFixture {
-            src: (130, vec![kv(b"/app/a", b"1", 50)]),
-            tgt: (13, vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/b", b"2")]),
-        },
-    );
-    let cmds = h.drain();
-    h.pass_fixture = None;
+    let cmds = unpinned_round(&mut h, cmds, 100, 130);
     assert_eq!(
         h.stopped(),
         None,
         "an unpinned round proves nothing; no verdict"
     );
-    assert!(!h.m.status().condition(ConditionType::CutoverReady));
+    assert_eq!(
+        cutover_not_ready(&h).0,
+        DRAIN_PROGRESSING,
+        "one unpinned round is not yet a loop"
+    );
     // The drain starts over: it reads its target again.
-    let (_, cmd) = one(cmds);
+    let (id, cmd) = one(cmds);
     let Command::Range(r) = &cmd else {
         panic!("{cmd:?}")
     };
     assert!(r.count_only, "{r:?}");
+    // The source compacts past the watermark again before the next round can pin it: the
+    // drain goes round in a loop that progress cannot end, and says so at once.
+    h.done(id, Ok(range(130, vec![], false)));
+    h.drain();
+    h.watch(w, WatchEvent::Progress { revision: 130 });
+    let (id, cmd) = one(h.drain());
+    assert!(
+        data_ops(&cmd).is_empty(),
+        "the idle advance to the drain target"
+    );
+    h.done(id, Ok(txn_ok(15)));
+    let cmds = h.drain();
+    unpinned_round(&mut h, cmds, 130, 140);
+    assert_eq!(h.stopped(), None);
+    let (reason, message) = cutover_not_ready(&h);
+    assert_eq!(reason, "WatermarkCompacted");
+    assert!(message.contains("compaction retention"), "{message}");
 }
 
 #[test]
@@ -667,6 +735,34 @@ fn a_long_paced_repair_cancels_the_watch_and_resumes_after_the_pass() {
     );
 }
 
+/// Answers a clean verification round of the one-key fixture (watch opens filtered out);
+/// returns the cut-over Txn that follows.
+fn verify_clean_then_cut_over(
+    h: &mut Harness,
+    cmds: Vec<(CommandId, Command)>,
+) -> (CommandId, Command) {
+    let cmds = cmds
+        .into_iter()
+        .filter(|(_, c)| !matches!(c, Command::Watch(_)))
+        .collect();
+    let next = verify(
+        h,
+        cmds,
+        vec![kv(b"/app/a", b"1", 50)],
+        vec![tkv(b"/mirror/a", b"1")],
+    );
+    let (id, cmd) = one(next);
+    assert_eq!(fence_of(&cmd).role, Role::Primary);
+    (id, cmd)
+}
+
+/// The cut-over Txn `id` lands: the agent stops Drained.
+fn cut_over(h: &mut Harness, id: CommandId) {
+    h.done(id, Ok(txn_ok(21)));
+    h.drain();
+    assert_eq!(h.stopped(), Some(StopReason::Drained));
+}
+
 #[test]
 fn a_cutover_parked_on_nospace_is_verified_again_and_redone() {
     // Found by the simulator (seeds 76114364, 10222): the park dropped the queued cut-over,
@@ -684,14 +780,7 @@ fn a_cutover_parked_on_nospace_is_verified_again_and_redone() {
         })),
     );
     let cmds = h.drain();
-    let next = verify(
-        &mut h,
-        cmds,
-        vec![kv(b"/app/a", b"1", 50)],
-        vec![tkv(b"/mirror/a", b"1")],
-    );
-    let (id, cmd) = one(next);
-    assert_eq!(fence_of(&cmd).role, Role::Primary);
+    let (id, _) = verify_clean_then_cut_over(&mut h, cmds);
     h.done(id, Err(Failure::NoSpace));
     h.drain();
     assert!(h.m.status().condition(ConditionType::TargetQuotaExhausted));
@@ -706,17 +795,103 @@ fn a_cutover_parked_on_nospace_is_verified_again_and_redone() {
     h.done(id, Ok(txn_ok(20)));
     let cmds = h.drain();
     // A new verification round, pinned at the watermark, then the cut-over again.
-    let next = verify(
-        &mut h,
-        cmds.into_iter()
-            .filter(|(_, c)| !matches!(c, Command::Watch(_)))
-            .collect(),
-        vec![kv(b"/app/a", b"1", 50)],
-        vec![tkv(b"/mirror/a", b"1")],
-    );
-    let (id, cmd) = one(next);
-    assert_eq!(fence_of(&cmd).role, Role::Primary);
-    h.done(id, Ok(txn_ok(21)));
+    let (id, _) = verify_clean_then_cut_over(&mut h, cmds);
+    cut_over(&mut h, id);
+}
+
+/// The reason and message of `CutoverReady`, which must be False.
+fn cutover_not_ready(h: &Harness) -> (String, String) {
+    let c = h.m.status().conditions[&ConditionType::CutoverReady].clone();
+    assert!(!c.status, "{c:?}");
+    (c.reason, c.message)
+}
+
+/// The time the core last asked to be woken at.
+fn last_timeout(h: &Harness) -> tidemark_core::Instant {
+    h.log
+        .iter()
+        .rev()
+        .find_map(|o| match o {
+            tidemark_core::mirror::Output::Timeout(t) => Some(*t),
+            _ => None,
+        })
+        .expect("the core waited")
+}
+
+#[test]
+fn a_drain_blocked_by_a_full_target_says_so_within_the_stall_bound() {
+    // R1: a drain that cannot finish says why, by itself, within DRAIN_STALL_AFTER.
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.mode = Mode::Drain;
+    // The quota probe comes later than the stall bound: the core must wake itself to say it.
+    cfg.sync.quota_probe_interval = Duration::from_secs(300);
+    let mut h = Harness::new(cfg, 41);
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.done(id, Ok(range(100, vec![], false)));
+    let cmds = h.drain();
+    let (id, _) = verify_clean_then_cut_over(&mut h, cmds);
+    assert_eq!(cutover_not_ready(&h).0, DRAIN_PROGRESSING);
+    let parked_at = h.now;
+    h.done(id, Err(Failure::NoSpace));
     h.drain();
-    assert_eq!(h.stopped(), Some(StopReason::Drained));
+    assert_eq!(
+        cutover_not_ready(&h).0,
+        DRAIN_PROGRESSING,
+        "not yet stalled"
+    );
+    assert_eq!(
+        last_timeout(&h),
+        parked_at + DRAIN_STALL_AFTER,
+        "the core wakes itself when the drain has stalled for the bound"
+    );
+    h.advance(DRAIN_STALL_AFTER - Duration::from_secs(1));
+    assert!(h.drain().is_empty());
+    assert_eq!(cutover_not_ready(&h).0, DRAIN_PROGRESSING);
+    h.advance(Duration::from_secs(1));
+    assert!(h.drain().is_empty(), "saying so writes nothing");
+    let (reason, message) = cutover_not_ready(&h);
+    assert_eq!(reason, "TargetQuotaExhausted");
+    assert!(message.contains("etcdctl alarm disarm"), "{message}");
+    assert_eq!(h.stopped(), None, "a full target is waited out, not failed");
+    // Space comes back: the probe lands, the drain moves again and cuts over.
+    h.advance(Duration::from_secs(300));
+    let (id, cmd) = one(h.drain());
+    assert!(data_ops(&cmd).is_empty(), "the quota probe");
+    h.done(id, Ok(txn_ok(20)));
+    let cmds = h.drain();
+    assert_eq!(cutover_not_ready(&h).0, DRAIN_PROGRESSING);
+    // A new verification round, pinned at the watermark, then the cut-over again.
+    let (id, _) = verify_clean_then_cut_over(&mut h, cmds);
+    cut_over(&mut h, id);
+    assert!(h.m.status().condition(ConditionType::CutoverReady));
+}
+
+#[test]
+fn a_paused_drain_says_so_and_a_sync_agent_never_sets_cutover_ready() {
+    let mut h = draining();
+    let (_, cmds) = cold_start_then(&mut h, "3.5.13");
+    let (id, _) = one(cmds);
+    h.m.handle_input(h.now, Input::Control(Control::Pause));
+    h.done(id, Ok(range(100, vec![], false)));
+    h.drain();
+    h.advance(DRAIN_STALL_AFTER);
+    h.drain();
+    let (reason, message) = cutover_not_ready(&h);
+    assert_eq!(reason, "Paused");
+    assert!(message.contains("resume"), "{message}");
+    h.m.handle_input(h.now, Input::Control(Control::Resume));
+    let cmds = h.drain();
+    assert_eq!(cutover_not_ready(&h).0, DRAIN_PROGRESSING);
+    assert!(!cmds.is_empty(), "the drain goes on after the resume");
+
+    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), 42);
+    cold_start(&mut h, "3.5.13");
+    h.advance(DRAIN_STALL_AFTER * 3);
+    h.drain();
+    assert!(!h
+        .m
+        .status()
+        .conditions
+        .contains_key(&ConditionType::CutoverReady));
 }

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod core_adapter;
 pub mod coverage;
+pub mod drain_watch;
 pub mod invariants;
 pub mod oracle;
 pub mod reference;

@@ -52,6 +52,19 @@ impl FaultyMode {
         FaultyMode::CompareChainStart,
     ];
 
+    /// The coverage mark the simulator sets when the mode actually broke something, so a
+    /// teeth test can tell "caught" from "never acted".
+    pub fn acted_mark(self) -> &'static str {
+        match self {
+            FaultyMode::DropFenceCompare => "faulty.fence_compare_dropped",
+            FaultyMode::ReorderCommits => "faulty.reordered",
+            FaultyMode::DropWatchEvent => "faulty.dropped_event",
+            FaultyMode::ApplyTwiceAfterCrash => "faulty.applied_twice",
+            FaultyMode::StaleHistoryProof => "faulty.stale_history_proof",
+            FaultyMode::CompareChainStart => "faulty.chain_compare_rewritten",
+        }
+    }
+
     /// Whether the mode only shows against the real core (the reference double makes no
     /// source-history proof, so a lie about one changes nothing).
     pub fn needs_core(self) -> bool {
@@ -151,6 +164,14 @@ impl Fault {
             Fault::Pause { .. } => "pause",
             Fault::RestoreSource { .. } => "restore_source",
         }
+    }
+
+    /// Every fault kind name: the first swarm's, the controls', the history's.
+    pub fn all_kinds() -> impl Iterator<Item = &'static str> {
+        Fault::KINDS
+            .into_iter()
+            .chain(Fault::CONTROL_KINDS)
+            .chain(Fault::HISTORY_KINDS)
     }
 
     /// Whether the fault edits the target range behind the mirror's back.

@@ -9,12 +9,13 @@
 
 use crate::agent::{build, config_for, Agent};
 use crate::coverage::Coverage;
+use crate::drain_watch::DrainWatch;
 use crate::invariants::{Checker, Issuer, Violation};
 use crate::model::etcd::{fail, msg, ConnId};
 use crate::model::{EtcdCluster, Mutation, WatchOut};
 use crate::oracle::{Fence, Oracle};
 use crate::restore::Restores;
-use crate::schedule::{Fault, FaultyMode, Options, Schedule, Side};
+use crate::schedule::{Fault, FaultyMode, Options, ReplicatorKind, Schedule, Side};
 use crate::trace::Trace;
 use crate::workload::Workload;
 use std::collections::{BTreeMap, BTreeSet};
@@ -202,6 +203,8 @@ pub struct World {
     pub restores: Restores,
     /// The operator restarted the link abandoning its checkpoint after a restore.
     abandoned: bool,
+    /// Drains that show no progress must say why (see [`crate::drain_watch`]).
+    drain_watch: DrainWatch,
 }
 
 fn side_of(c: Cluster) -> Side {
@@ -267,6 +270,7 @@ impl World {
             paused_any: false,
             restores: Restores::default(),
             abandoned: false,
+            drain_watch: DrainWatch::default(),
             opts: o,
         };
         let mut out = Vec::new();
@@ -471,6 +475,11 @@ impl World {
                 self.push(self.now + gap, Ev::Workload);
             }
             Ev::SyncTick => {
+                // Also between the agents' own wake-ups: a core that forgets to wake itself
+                // to report a stalled drain is caught here.
+                for agent in 0..self.agents.len() as u32 {
+                    self.check_drain(agent);
+                }
                 let mut out = Vec::new();
                 self.source.expire_leases(self.now, &mut out);
                 if !self.source.cond.leader_lost {
@@ -1136,6 +1145,7 @@ impl World {
                     self.push(t.0.max(self.now), Ev::Wake { agent, gen });
                     self.sample_conditions(agent);
                     self.observe_passes(agent);
+                    self.check_drain(agent);
                     return;
                 }
                 Output::Stopped(reason) => {
@@ -1153,6 +1163,25 @@ impl World {
                 "agent {agent} emitted {MAX_OUTPUTS_PER_DRIVE} commands without yielding"
             ),
         });
+    }
+
+    /// Checks the drain's bounded silence for a running core agent in a drain.
+    fn check_drain(&mut self, agent: u32) {
+        if self.opts.replicator != ReplicatorKind::Core || !self.drain_requested() {
+            return;
+        }
+        let a = &self.agents[agent as usize];
+        if !a.alive() {
+            return;
+        }
+        let Some(st) = a.replicator.as_ref().map(|r| r.status()) else {
+            return;
+        };
+        match self.drain_watch.check((agent, a.incarnation), self.now, st) {
+            Ok(Some(reason)) => self.coverage.mark(&format!("drain.blocked.{reason}")),
+            Ok(None) => {}
+            Err(v) => self.violate(v),
+        }
     }
 
     /// Counts each rising edge of a noteworthy condition.
@@ -1519,8 +1548,9 @@ impl World {
         }
         let mut cmd = cmd;
         if let Command::Txn(t) = &mut cmd {
-            if self.opts.faulty == Some(FaultyMode::DropFenceCompare) {
+            if self.opts.faulty == Some(FaultyMode::DropFenceCompare) && !t.compares.is_empty() {
                 t.compares.clear();
+                self.coverage.mark("faulty.fence_compare_dropped");
             }
             if self.opts.faulty == Some(FaultyMode::CompareChainStart) {
                 self.compare_chain_start(agent, id, t);

@@ -3,6 +3,7 @@
 //! 200 seeds finish well under a minute in a debug build. Longer batches:
 //! `cargo run -p tidemark-sim --release -- run --seeds 2000` or `scripts/sim-soak.sh`.
 
+use tidemark_sim::coverage::{Coverage, FaultCoverage};
 use tidemark_sim::runner::run;
 use tidemark_sim::{ReplicatorKind, Schedule};
 
@@ -13,6 +14,16 @@ fn env(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A generated seed's schedule, shortened as the batch runs it.
+fn shortened(seed: u64, kind: ReplicatorKind, cap: u64) -> Schedule {
+    let mut s = Schedule::generate(seed, kind);
+    s.options.safety_ms = s.options.safety_ms.min(cap);
+    s.faults.retain(|f| f.at_ms < cap);
+    s
+}
+
+/// Runs the batch; returns its failures, and "expected but never hit" fault kinds as one
+/// more failure (issue R1: fault coverage is asserted, not only printed).
 fn batch(kind: ReplicatorKind) -> Vec<String> {
     let (first, n, cap) = (
         env("SIM_FIRST_SEED", 0),
@@ -20,17 +31,22 @@ fn batch(kind: ReplicatorKind) -> Vec<String> {
         env("SIM_SAFETY_MS", 10_000),
     );
     let mut failures = Vec::new();
+    let mut hits = Coverage::default();
     for seed in first..first + n {
-        let mut s = Schedule::generate(seed, kind);
-        s.options.safety_ms = s.options.safety_ms.min(cap);
-        s.faults.retain(|f| f.at_ms < cap);
-        let r = run(&s, false);
+        let r = run(&shortened(seed, kind, cap), false);
+        hits.merge(&r.coverage);
         if let Some(v) = r.violation {
             failures.push(format!(
                 "seed {seed}: [{}] {} (replay: tidemark-sim run --seeds 1 --seed {seed})",
                 v.invariant, v.detail
             ));
         }
+    }
+    let judged = FaultCoverage::judge(&hits, n, |seed| Some(shortened(seed, kind, cap)));
+    eprintln!("{kind:?} batch: {}", judged.summary(n));
+    let missing = judged.missing();
+    if !missing.is_empty() {
+        failures.push(format!("fault kinds expected but never hit: {missing:?}"));
     }
     failures
 }

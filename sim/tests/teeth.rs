@@ -1,133 +1,194 @@
-//! The simulator has teeth: each deliberately broken driver mode must be caught within a
-//! bounded number of seeds. Run against the reference test double, so a verdict depends on
-//! the checker alone, not on the state of the real core. Modes that only bite the real core
-//! (`FaultyMode::needs_core`: a lie about the source-history proof) are tested with it, in
-//! `restore.rs`.
+//! The simulator has teeth: each deliberately broken driver mode, wrapped around the real
+//! core (the code we ship), must be caught by the invariants within a bounded number of
+//! seeds, and the same schedules must pass with an honest driver. The modes that do not
+//! need the core are also run around the reference test double, so a verdict there depends
+//! on the checker alone.
 
-use tidemark_sim::runner::run;
+use tidemark_sim::runner::{run, shrink, RunResult};
 use tidemark_sim::schedule::{Fault, TimedFault};
 use tidemark_sim::{FaultyMode, ReplicatorKind, Schedule};
 
 /// Seeds tried per mode before the test gives up.
 const BOUND: u64 = 12;
 
-fn schedule(seed: u64, mode: FaultyMode) -> Schedule {
-    let mut s = Schedule::generate(1000 + seed, ReplicatorKind::Reference);
+/// A calm schedule with only what `mode` needs to bite.
+fn schedule(seed: u64, mode: FaultyMode, kind: ReplicatorKind) -> Schedule {
+    let mut s = Schedule::generate(1000 + seed, kind);
     s.options.faulty = Some(mode);
     s.options.safety_ms = s.options.safety_ms.max(30_000);
-    // Keep the world calm apart from what the mode needs, so the catch is the mode's doing.
+    // Keep the world calm apart from what the mode needs, so the catch is the mode's doing:
+    // no drift or drain to end the run early, no reconciliation to repair what it broke.
     s.faults.clear();
     s.options.junk_keys = 0;
-    match mode {
-        FaultyMode::DropFenceCompare => s.faults.push(TimedFault {
+    s.options.reconcile = None;
+    s.options.drain_from_start = false;
+    s.options.late_applies = false;
+    if s.options.config_variant % 6 == 5 {
+        // The variant that reconciles (see `agent::config_for`).
+        s.options.config_variant = 0;
+    }
+    s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(10);
+    let fault = match mode {
+        FaultyMode::DropFenceCompare => Some(TimedFault {
             at_ms: 5_000,
             fault: Fault::Twin {
                 for_ms: 15_000,
                 config_variant: 0,
             },
         }),
-        FaultyMode::ApplyTwiceAfterCrash => s.faults.push(TimedFault {
+        FaultyMode::ApplyTwiceAfterCrash => Some(TimedFault {
             at_ms: 8_000,
             fault: Fault::Crash {
                 agent: 0,
                 down_ms: 500,
             },
         }),
-        FaultyMode::ReorderCommits
-        | FaultyMode::DropWatchEvent
-        | FaultyMode::StaleHistoryProof
-        | FaultyMode::CompareChainStart => {}
-    }
-    s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(10);
+        FaultyMode::StaleHistoryProof => Some(TimedFault {
+            // Far below the watermark, and the new history past the old revision before the
+            // core can look: only the proof can tell, and the stale replica answers it.
+            at_ms: 20_000,
+            fault: Fault::RestoreSource {
+                back: 300,
+                overtake: true,
+                down_ms: 3_000,
+            },
+        }),
+        FaultyMode::CompareChainStart => {
+            // Enough writes that the core keeps several Txns in flight.
+            s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
+            None
+        }
+        FaultyMode::ReorderCommits | FaultyMode::DropWatchEvent => None,
+    };
+    s.faults.extend(fault);
     s
 }
 
-fn caught_within_bound(mode: FaultyMode) -> (u64, String) {
+/// Runs `mode` on seeds `0..BOUND` until the checker catches it; panics if it never does.
+fn caught_within_bound(mode: FaultyMode, kind: ReplicatorKind) -> (u64, String) {
+    let mut acted = 0;
     for seed in 0..BOUND {
-        let r = run(&schedule(seed, mode), false);
+        let r: RunResult = run(&schedule(seed, mode, kind), false);
+        acted += r.coverage.get(mode.acted_mark());
         if let Some(v) = r.violation {
-            return (seed, format!("[{}] {}", v.invariant, v.detail));
-        }
-    }
-    panic!("{mode:?} was not caught within {BOUND} seeds");
-}
-
-#[test]
-fn drop_fence_compare_is_caught() {
-    let (seed, v) = caught_within_bound(FaultyMode::DropFenceCompare);
-    eprintln!("DropFenceCompare caught at seed {seed}: {v}");
-}
-
-#[test]
-fn reorder_commits_is_caught() {
-    let (seed, v) = caught_within_bound(FaultyMode::ReorderCommits);
-    eprintln!("ReorderCommits caught at seed {seed}: {v}");
-}
-
-#[test]
-fn drop_watch_event_is_caught() {
-    let (seed, v) = caught_within_bound(FaultyMode::DropWatchEvent);
-    eprintln!("DropWatchEvent caught at seed {seed}: {v}");
-}
-
-#[test]
-fn apply_twice_after_crash_is_caught() {
-    let (seed, v) = caught_within_bound(FaultyMode::ApplyTwiceAfterCrash);
-    eprintln!("ApplyTwiceAfterCrash caught at seed {seed}: {v}");
-}
-
-#[test]
-fn the_same_schedules_pass_without_the_fault() {
-    // Control: the calm schedules above pass when the driver is honest.
-    for mode in FaultyMode::ALL.into_iter().filter(|m| !m.needs_core()) {
-        for seed in 0..3 {
-            let mut s = schedule(seed, mode);
-            s.options.faulty = None;
-            let r = run(&s, false);
             assert!(
-                r.passed(),
-                "{mode:?} seed {seed} control failed: {:?}",
-                r.violation
+                r.coverage.get(mode.acted_mark()) > 0,
+                "{mode:?} on {kind:?} seed {seed}: caught [{}] but the mode never acted: {}",
+                v.invariant,
+                v.detail
             );
+            eprintln!(
+                "{mode:?} on {kind:?} caught at seed {seed}: [{}] {}",
+                v.invariant, v.detail
+            );
+            return (seed, v.invariant);
         }
     }
+    panic!("{mode:?} on {kind:?} was not caught within {BOUND} seeds (it acted {acted} times)");
+}
+
+#[test]
+fn drop_fence_compare_is_caught_with_the_real_core() {
+    caught_within_bound(FaultyMode::DropFenceCompare, ReplicatorKind::Core);
+}
+
+#[test]
+fn reorder_commits_is_caught_with_the_real_core() {
+    caught_within_bound(FaultyMode::ReorderCommits, ReplicatorKind::Core);
+}
+
+#[test]
+fn drop_watch_event_is_caught_with_the_real_core() {
+    caught_within_bound(FaultyMode::DropWatchEvent, ReplicatorKind::Core);
+}
+
+#[test]
+fn apply_twice_after_crash_is_caught_with_the_real_core() {
+    caught_within_bound(FaultyMode::ApplyTwiceAfterCrash, ReplicatorKind::Core);
+}
+
+#[test]
+fn stale_history_proof_is_caught_with_the_real_core() {
+    caught_within_bound(FaultyMode::StaleHistoryProof, ReplicatorKind::Core);
 }
 
 /// The commit chain's compare is what keeps pipelined Txns in order: a driver that
 /// compares the start of the chain instead lets a Txn that overtakes its predecessor apply
-/// over a gap, and the checker must see the target leave the source. Real core only (the
-/// reference double keeps one Txn in flight).
+/// over a gap, and the checker must see the target leave the source.
 #[test]
 fn compare_chain_start_is_caught_with_the_real_core() {
-    let mut caught = None;
-    let mut rewritten = 0;
-    for seed in 0..BOUND {
-        let mut s = Schedule::generate(2000 + seed, ReplicatorKind::Core);
-        s.options.faulty = Some(FaultyMode::CompareChainStart);
-        s.options.safety_ms = s.options.safety_ms.max(30_000);
-        s.faults.clear();
-        s.options.junk_keys = 0;
-        s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
-        let r = run(&s, false);
-        rewritten += r.coverage.get("faulty.chain_compare_rewritten");
-        if let Some(v) = r.violation {
-            caught = Some((seed, format!("[{}] {}", v.invariant, v.detail)));
-            break;
-        }
-    }
-    assert!(rewritten > 0, "the core never had two Txns in flight");
-    let (seed, v) = caught.expect("CompareChainStart was not caught");
-    eprintln!("CompareChainStart caught at seed {seed}: {v}");
+    caught_within_bound(FaultyMode::CompareChainStart, ReplicatorKind::Core);
 }
 
 #[test]
-fn the_chain_schedules_pass_without_the_fault() {
-    for seed in 0..2 {
-        let mut s = Schedule::generate(2000 + seed, ReplicatorKind::Core);
-        s.faults.clear();
-        s.options.junk_keys = 0;
-        s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
-        let r = run(&s, false);
-        assert!(r.passed(), "seed {seed} control failed: {:?}", r.violation);
+fn the_modes_that_need_no_core_are_caught_with_the_reference_double() {
+    for mode in FaultyMode::ALL.into_iter().filter(|m| !m.needs_core()) {
+        caught_within_bound(mode, ReplicatorKind::Reference);
     }
+}
+
+#[test]
+fn the_same_schedules_pass_without_the_fault() {
+    // Control: the calm schedules above pass when the driver is honest, on both replicators.
+    for kind in [ReplicatorKind::Core, ReplicatorKind::Reference] {
+        for mode in FaultyMode::ALL
+            .into_iter()
+            .filter(|m| kind == ReplicatorKind::Core || !m.needs_core())
+        {
+            for seed in 0..2 {
+                let mut s = schedule(seed, mode, kind);
+                s.options.faulty = None;
+                let r = run(&s, false);
+                assert!(
+                    r.passed(),
+                    "{mode:?} on {kind:?} seed {seed} control failed: {:?}",
+                    r.violation
+                );
+            }
+        }
+    }
+}
+
+/// The shrinker keeps what a failure needs and drops the rest: ApplyTwiceAfterCrash needs
+/// its one crash, and network noise added around it is not needed.
+#[test]
+fn the_shrinker_reduces_a_caught_mode_to_the_one_fault_it_needs() {
+    let mut s = schedule(0, FaultyMode::ApplyTwiceAfterCrash, ReplicatorKind::Core);
+    let needed = s.faults.clone();
+    let safety = s.options.safety_ms;
+    let noise = [77, 78, 79]
+        .into_iter()
+        .flat_map(|seed| Schedule::generate(seed, ReplicatorKind::Core).faults)
+        .filter(|f| {
+            f.at_ms < safety
+                && matches!(
+                    f.fault,
+                    Fault::Partition { .. }
+                        | Fault::LatencySpike { .. }
+                        | Fault::Timeouts { .. }
+                        | Fault::LeaderLoss { .. }
+                        | Fault::Throttle { .. }
+                        | Fault::WatchReset
+                )
+        });
+    s.faults.extend(noise);
+    s.faults.sort_by_key(|f| f.at_ms);
+    assert!(s.faults.len() >= 10, "noise: {:?}", s.faults);
+    let want = run(&s, false)
+        .violation
+        .map(|v| v.invariant)
+        .expect("the noisy schedule fails");
+    let (small, r) = shrink(&s, 200);
+    assert_eq!(
+        small.faults,
+        needed,
+        "shrunk from {} faults",
+        s.faults.len()
+    );
+    assert_eq!(r.violation.map(|v| v.invariant), Some(want.clone()));
+    assert_eq!(
+        run(&small, false).violation.map(|v| v.invariant),
+        Some(want),
+        "the shrunk schedule still fails the same way"
+    );
 }

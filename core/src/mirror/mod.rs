@@ -13,5 +13,5 @@ pub mod version;
 pub use checkpoint::{Checkpoint, Role};
 pub use io::{CommandId, Control, FailKind, Input, Output, StopReason};
 pub use keys::KeySpace;
-pub use machine::Mirror;
+pub use machine::{Mirror, DRAIN_PROGRESSING, DRAIN_STALL_AFTER};
 pub use status::{Condition, ConditionType, Counts, Cutover, Phase, Status};

@@ -243,6 +243,22 @@ impl Status {
         );
     }
 
+    /// What a drain shows moving, for telling a slow drain from a stuck one: the watermark,
+    /// the drain target, keys read by scans and passes, repairs, passes, applied Txns and
+    /// keys copied by an initial sync. Any change is progress.
+    pub fn drain_progress(&self) -> [i64; 7] {
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        [
+            self.last_applied_revision,
+            self.drain_target_revision.unwrap_or(0),
+            n(self.source_keys_returned),
+            n(self.repaired_keys),
+            n(self.reconcile_passes),
+            n(self.applied_txns),
+            n(self.initial_sync_copied_key_count),
+        ]
+    }
+
     /// Whether a condition is currently True.
     pub fn condition(&self, type_: ConditionType) -> bool {
         self.conditions.get(&type_).is_some_and(|c| c.status)

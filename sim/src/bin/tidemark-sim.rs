@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant as WallClock;
-use tidemark_sim::coverage::Coverage;
+use tidemark_sim::coverage::{Coverage, FaultCoverage};
 use tidemark_sim::runner::{determinism_check, run, run_verbose, shrink, RunResult, SavedRun};
 use tidemark_sim::schedule::Fault;
 use tidemark_sim::{FaultyMode, ReplicatorKind, Schedule};
@@ -120,6 +120,26 @@ fn faulty(f: Faulty) -> FaultyMode {
     }
 }
 
+/// A generated seed's schedule as a batch runs it; None when `require` skips it.
+fn batch_schedule(
+    seed: u64,
+    replicator: Kind,
+    fm: Option<Faulty>,
+    require: &[String],
+    drop: &[String],
+) -> Option<Schedule> {
+    let mut sch = Schedule::generate(seed, kind(replicator));
+    sch.options.faulty = fm.map(faulty);
+    let wanted = require.is_empty()
+        || sch
+            .faults
+            .iter()
+            .any(|f| require.iter().any(|k| k == f.fault.kind()));
+    sch.faults
+        .retain(|f| !drop.iter().any(|k| k == f.fault.kind()));
+    wanted.then_some(sch)
+}
+
 /// Reads a schedule file: either a bare schedule or a saved run.
 fn load(path: &Path) -> Result<(Schedule, Option<String>)> {
     let text =
@@ -153,28 +173,11 @@ fn main() -> Result<()> {
         } => {
             let started = WallClock::now();
             let mut batch = Batch::default();
+            let make = |s: u64| batch_schedule(s, replicator, fm, &require_fault, &drop_fault);
+            let generated = schedule.is_none();
             let schedules: Box<dyn Iterator<Item = Schedule>> = match schedule {
                 Some(p) => Box::new(std::iter::once(load(&p)?.0)),
-                None => Box::new(
-                    (seed..seed + seeds)
-                        .map(move |s| {
-                            let mut sch = Schedule::generate(s, kind(replicator));
-                            sch.options.faulty = fm.map(faulty);
-                            sch
-                        })
-                        .filter(move |sch| {
-                            require_fault.is_empty()
-                                || sch
-                                    .faults
-                                    .iter()
-                                    .any(|f| require_fault.iter().any(|k| k == f.fault.kind()))
-                        })
-                        .map(move |mut sch| {
-                            sch.faults
-                                .retain(|f| !drop_fault.iter().any(|k| k == f.fault.kind()));
-                            sch
-                        }),
-                ),
+                None => Box::new((seed..seed + seeds).filter_map(make)),
             };
             for sch in schedules {
                 let r = if determinism {
@@ -203,7 +206,13 @@ fn main() -> Result<()> {
                 }
             }
             batch.print(started.elapsed().as_secs_f64());
-            if batch.failed > 0 {
+            let mut uncovered = false;
+            if generated {
+                let judged = FaultCoverage::judge(&batch.coverage, batch.runs, make);
+                println!("{}", judged.summary(batch.runs));
+                uncovered = !judged.missing().is_empty();
+            }
+            if batch.failed > 0 || uncovered {
                 std::process::exit(1);
             }
         }

@@ -7,7 +7,9 @@
 //! watermark reaches it, a full pinned diff-and-repair pass verifies the target. A round that had to repair anything is
 //! followed by another round, so the cut-over is always backed by a clean pass. Then the fence
 //! flips to `Primary`, which makes every later mirror write fail its compare, and the agent
-//! stops.
+//! stops. A verdict that stops the drain (orphans, drift that does not go away) stands only
+//! after a fence read shows the fence still ours: the target is read unpinned, so what an
+//! agent that took the fence meanwhile wrote would look like drift.
 
 use super::*;
 
@@ -26,6 +28,9 @@ pub(super) struct DrainState {
     pub(super) counts: Counts,
     pub(super) leased: u64,
     pub(super) verified_at: Option<Instant>,
+    /// A verdict that stops the drain, waiting for the fence read that confirms the target
+    /// the verification read was still ours.
+    verdict: Option<String>,
 }
 
 impl DrainState {
@@ -51,12 +56,16 @@ impl Mirror {
                 counts: Counts::default(),
                 leased: 0,
                 verified_at: None,
+                verdict: None,
             });
             self.status.phase = Phase::Draining;
         }
         // A queued or in-flight cut-over keeps the agent from being quiescent; one that was
         // dropped (a park on NOSPACE, a takeover) is redone from a fresh verification.
         if let Some(d) = &self.drain {
+            if d.verdict.is_some() {
+                return;
+            }
             match d.target {
                 None if !d.reading => self.read_drain_target(),
                 None => {}
@@ -136,6 +145,9 @@ impl Mirror {
         pinned: bool,
     ) {
         let drift = counts.missing + counts.divergent + counts.orphan;
+        if let Some(w) = &mut self.drain_watch {
+            w.unpinned_rounds = if pinned { 0 } else { w.unpinned_rounds + 1 };
+        }
         if !pinned {
             // The watermark was compacted, so the round compared against the latest source:
             // a delete still in flight looks like an orphan and nothing is proven. Read the
@@ -146,13 +158,9 @@ impl Mirror {
             return;
         }
         if orphans_left > 0 {
-            return self.fail(
-                now,
-                FailKind::Permanent,
-                format!(
-                    "drain verification found {orphans_left} target keys the source does not have; cut-over needs an exact copy. Set reconciliation.deleteOrphans: true (or remove them) and drain again"
-                ),
-            );
+            return self.confirm_verdict(format!(
+                "drain verification found {orphans_left} target keys the source does not have; cut-over needs an exact copy. Set reconciliation.deleteOrphans: true (or remove them) and drain again"
+            ));
         }
         if drift == 0 && pinned {
             let leased = self.status.lease_backed_key_count;
@@ -165,17 +173,50 @@ impl Mirror {
             return;
         }
         if round >= MAX_VERIFY_ROUNDS {
-            return self.fail(
-                now,
-                FailKind::Permanent,
-                format!(
-                    "drain verification still found drift after {round} rounds (last: missing {}, divergent {}, orphan {}); something else writes the target range",
-                    counts.missing, counts.divergent, counts.orphan
-                ),
-            );
+            return self.confirm_verdict(format!(
+                "drain verification still found drift after {round} rounds (last: missing {}, divergent {}, orphan {}); something else writes the target range",
+                counts.missing, counts.divergent, counts.orphan
+            ));
         }
         // Repairs landed; confirm with a clean round before cutting over.
         self.start_pass(now, PassPurpose::DrainVerify(round + 1));
+    }
+
+    /// A verification reads the target unpinned: if another agent took the fence meanwhile,
+    /// what it wrote looks like drift of ours. So a verdict that would stop the drain waits
+    /// for a fence read; it stands only if the fence is still the record we wrote.
+    fn confirm_verdict(&mut self, message: String) {
+        if let Some(d) = &mut self.drain {
+            d.verdict = Some(message);
+        }
+        let cmd = self.fence_read_cmd();
+        self.issue(Job::ConfirmVerdict, cmd);
+    }
+
+    pub(super) fn on_verdict_fence(&mut self, now: Instant, r: RangeReply) {
+        let Some(message) = self.drain.as_mut().and_then(|d| d.verdict.take()) else {
+            return;
+        };
+        // Our holder nonce, not our last mod revision: a write of ours may land meanwhile.
+        let fence = r
+            .kvs
+            .iter()
+            .find(|kv| self.keys.is_checkpoint(&kv.key))
+            .and_then(|kv| Checkpoint::decode(&kv.value).ok());
+        if fence.as_ref().is_some_and(|c| c.holder == self.holder) {
+            return self.fail(now, FailKind::Permanent, message);
+        }
+        let now_holds = fence.map_or_else(
+            || "nobody".to_string(),
+            |c| format!("epoch {} ({})", c.epoch, c.holder),
+        );
+        self.fail(
+            now,
+            FailKind::FenceLost,
+            format!(
+                "another agent took the fence while the drain verified the target (it is now held by {now_holds}); this agent's verdict does not stand and it writes nothing more"
+            ),
+        );
     }
 
     /// The fence is now Primary: publish the cut-over record and stop.

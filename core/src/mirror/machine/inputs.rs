@@ -55,6 +55,7 @@ impl Mirror {
             (Job::PassTarget(_), Ok(Reply::Range(r))) => self.on_pass_page(now, false, r),
             (Job::PassSource(_), Err(Failure::Compacted { .. })) => self.on_pass_compacted(now),
             (Job::DrainTarget, Ok(Reply::Range(r))) => self.on_drain_target(now, r),
+            (Job::ConfirmVerdict, Ok(Reply::Range(r))) => self.on_verdict_fence(now, r),
             (Job::WatchGuard { watch_id, from }, Ok(_)) => {
                 self.on_watch_guard(now, watch_id, from, true)
             }
@@ -154,7 +155,9 @@ impl Mirror {
             Job::ScanPage(_) => self.scan_cmd()?,
             Job::ProbeMaxModRevision(_) => self.probe_cmd()?,
             Job::SweepPage(_) => self.sweep_cmd()?,
-            Job::ResolveUnknown(_) | Job::ResolveChain(_) => self.fence_read_cmd(),
+            Job::ResolveUnknown(_) | Job::ResolveChain(_) | Job::ConfirmVerdict => {
+                self.fence_read_cmd()
+            }
             Job::PassSource(_) | Job::PassTarget(_) => self.pass_command(job)?,
             Job::DrainTarget => self.drain_target_cmd()?,
             Job::WatchGuard { watch_id, from } | Job::WatchRecheck { watch_id, from } => {

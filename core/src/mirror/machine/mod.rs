@@ -15,6 +15,7 @@
 mod commit;
 mod connect;
 mod drain;
+mod drain_watch;
 mod genesis;
 mod history;
 mod inputs;
@@ -45,6 +46,8 @@ use crate::mirror::version::Version;
 use crate::rng::Rng;
 use crate::time::Instant;
 use drain::DrainState;
+use drain_watch::DrainWatch;
+pub use drain_watch::{DRAIN_PROGRESSING, DRAIN_STALL_AFTER};
 use history::History;
 use modscan::ModScan;
 use pipeline::{Break, Link};
@@ -102,6 +105,8 @@ enum Job {
     PassSource(u64),
     PassTarget(u64),
     DrainTarget,
+    /// The fence read again before a drain verdict stops the agent (see `drain.rs`).
+    ConfirmVerdict,
     /// Informational: keys left for a resumed scan (progress estimate only).
     CountRemaining,
     Fire,
@@ -351,6 +356,8 @@ pub struct Mirror {
     reconcile_requested: bool,
     drain: Option<DrainState>,
     drain_requested: bool,
+    /// Whether a drain that was asked for moves (see `drain_watch.rs`).
+    drain_watch: Option<DrainWatch>,
     paused: bool,
     started: bool,
     /// The lowest epoch this agent may claim (an EtcdMirror's `metadata.generation`).
@@ -432,6 +439,7 @@ impl Mirror {
             reconcile_requested: false,
             drain: None,
             drain_requested: config.mode == Mode::Drain,
+            drain_watch: None,
             paused: false,
             started: false,
             epoch_floor: 0,

@@ -87,6 +87,7 @@ impl Mirror {
             self.watch.and(self.next_progress_request),
             self.gen.as_ref().and_then(|g| g.probe_at),
             self.pacer_deadline(),
+            self.drain_watch_deadline(),
         ]
         .into_iter()
         .flatten()

@@ -56,6 +56,7 @@ impl Mirror {
             if self.paused {
                 self.status.phase = Phase::Paused;
             }
+            self.watch_drain(now);
         }
     }
 }
