@@ -25,12 +25,14 @@ pub enum DrainError {
     #[error("the agent's admin server went away before a cut-over was published (last phase {phase}); run `tidemark-mirror checkpoint` to see whether the fence role is Primary")]
     Gone { phase: String },
     /// The timeout passed first.
-    #[error("no cut-over within {timeout:?}: phase {phase}, watermark {watermark}, drain target {target}")]
+    #[error("no cut-over within {timeout:?}: phase {phase}, watermark {watermark}, drain target {target}{why}")]
     Timeout {
         timeout: Duration,
         phase: String,
         watermark: i64,
         target: String,
+        /// `; blocked (REASON): MESSAGE` when the agent says why, else empty.
+        why: String,
     },
 }
 
@@ -169,6 +171,20 @@ fn cutover(s: &Value) -> Option<Value> {
     (ready && s["cutover"].is_object()).then(|| s["cutover"].clone())
 }
 
+/// Why the agent says the drain is not moving (`CutoverReady` False with a reason other
+/// than `Draining`), for the progress line and the timeout message.
+fn blocked(s: &Value) -> Option<String> {
+    let c = &s["conditions"]["CutoverReady"];
+    let reason = c["reason"].as_str()?;
+    if c["status"] == true || reason.is_empty() || reason == "Draining" {
+        return None;
+    }
+    Some(format!(
+        "blocked ({reason}): {}",
+        c["message"].as_str().unwrap_or("")
+    ))
+}
+
 /// Draws "watermark vs drain target" on a terminal, or logs it every few seconds.
 struct Line {
     tty: bool,
@@ -192,12 +208,15 @@ impl Line {
             Some(t) => format!("{t} ({} behind)", (t - w).max(0)),
             None => "not read yet".into(),
         };
-        let line = format!(
+        let mut line = format!(
             "drain: phase {}, watermark {w}, target {target}, passes {}, repaired {}",
             s["phase"].as_str().unwrap_or("?"),
             s["reconcilePasses"].as_u64().unwrap_or(0),
             s["repairedKeys"].as_u64().unwrap_or(0),
         );
+        if let Some(why) = blocked(s) {
+            line.push_str(&format!("; {why}"));
+        }
         if self.tty {
             eprint!("\r\x1b[K{line}");
             self.drawn = true;
@@ -277,6 +296,7 @@ pub async fn drain(
                 target: last["drainTargetRevision"]
                     .as_i64()
                     .map_or("not read yet".into(), |t| t.to_string()),
+                why: blocked(&last).map_or_else(String::new, |w| format!("; {w}")),
             });
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -338,6 +358,19 @@ mod tests {
         let cut = drain(&client, Duration::from_secs(5), false).await.unwrap();
         assert_eq!(cut["drainedRevision"], 7);
         server.shutdown().await.unwrap();
+    }
+
+    #[test]
+    fn a_blocked_drain_is_explained() {
+        let draining = serde_json::json!({"conditions": {"CutoverReady":
+            {"status": false, "reason": "Draining", "message": "catching up"}}});
+        assert_eq!(blocked(&draining), None);
+        let full = serde_json::json!({"conditions": {"CutoverReady":
+            {"status": false, "reason": "TargetQuotaExhausted", "message": "disarm NOSPACE"}}});
+        assert_eq!(
+            blocked(&full).as_deref(),
+            Some("blocked (TargetQuotaExhausted): disarm NOSPACE")
+        );
     }
 
     #[tokio::test]
