@@ -25,6 +25,8 @@ pub mod reason {
     pub const TARGET_QUOTA_EXHAUSTED: &str = "TargetQuotaExhausted";
     pub const DRIFT_DETECTED: &str = "DriftDetected";
     pub const CUTOVER_READY: &str = "CutoverReady";
+    /// A drain shows no progress, or loops; the note names what blocks it.
+    pub const DRAIN_BLOCKED: &str = "DrainBlocked";
 }
 
 /// The `action` every event of the agent carries (events.k8s.io requires one).
@@ -96,6 +98,23 @@ pub fn derive(prev: Option<&Status>, next: &Status) -> Vec<MirrorEvent> {
             Phase::Pending | Phase::Connecting => None,
         };
         out.extend(phase_event);
+    }
+    // A drain that stopped moving: `CutoverReady` False with a reason other than the one
+    // a progressing drain carries (see the core's drain watch).
+    let blocked = |s: &Status| {
+        s.conditions
+            .get(&ConditionType::CutoverReady)
+            .filter(|c| !c.status && !c.reason.is_empty() && c.reason != "Draining")
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    if let Some((why, message)) = blocked(next) {
+        if prev.and_then(blocked).map(|b| b.0) != Some(why.clone()) {
+            out.push(event(
+                true,
+                reason::DRAIN_BLOCKED,
+                format!("{why}: {message}"),
+            ));
+        }
     }
     for (type_, warning) in [
         (ConditionType::ResyncLoopDetected, true),
@@ -185,6 +204,40 @@ mod tests {
         assert!(
             derive(Some(&after), &after).is_empty(),
             "no repeat while true"
+        );
+    }
+
+    #[test]
+    fn a_blocked_drain_is_a_warning_once_per_reason() {
+        let mut draining = status(Phase::Draining);
+        draining.set_condition(
+            Instant::ZERO,
+            ConditionType::CutoverReady,
+            false,
+            "Draining",
+            "catching up",
+        );
+        assert!(derive(Some(&draining), &draining).is_empty());
+        let mut full = draining.clone();
+        full.set_condition(
+            Instant::ZERO,
+            ConditionType::CutoverReady,
+            false,
+            "TargetQuotaExhausted",
+            "disarm NOSPACE on the target",
+        );
+        let e = derive(Some(&draining), &full);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].reason, reason::DRAIN_BLOCKED);
+        assert!(e[0].warning);
+        assert!(
+            e[0].note.starts_with("TargetQuotaExhausted: disarm"),
+            "{}",
+            e[0].note
+        );
+        assert!(
+            derive(Some(&full), &full).is_empty(),
+            "not again for the same reason"
         );
     }
 

@@ -426,7 +426,6 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
     for w in tidemark_etcd::config::warnings(&config) {
         tracing::warn!(field = %w.field, "{}", w.problem);
     }
-    start_checks(&config).await?;
     let exec = Executor::from_config(&config)?;
     let seed = getrandom::u64().map_err(|e| anyhow::anyhow!("OS random number generator: {e}"))?;
     let mut mirror = Mirror::new(config.clone(), seed)?;
@@ -491,6 +490,9 @@ async fn run(a: RunArgs) -> anyhow::Result<ExitCode> {
         .serve(&a.admin.config())
         .await
         .context("starting the admin server")?;
+    // After the listeners are bound (probes answer meanwhile, /readyz says not ready), before
+    // anything is written.
+    start_checks(&config).await?;
 
     tracing::info!(
         link = %config.link_id(),

@@ -267,12 +267,7 @@ async fn the_password_never_leaves_its_file() {
     for path in ["/statusz", "/metrics", "/"] {
         seen.push(a.http("GET", path).unwrap().1);
     }
-    let control_status = support::agent::exchange(
-        &a.control,
-        &format!("GET /statusz HTTP/1.0\r\nHost: {}\r\n\r\n", a.control),
-    )
-    .unwrap();
-    seen.push(control_status.1);
+    seen.push(a.control_request("GET", "/statusz").unwrap().1);
     assert!(a.term().success(), "{}", a.log());
     seen.push(a.log());
     assert!(

@@ -442,8 +442,11 @@ both_versions!(
     drain_divergent_equal_counts
 );
 
-/// `tidemark-mirror drain --control-addr ADDR --timeout T`, run to completion.
-async fn drain_cli(control: impl Into<String>, timeout: &'static str) -> std::process::Output {
+/// `tidemark-mirror drain --control-socket PATH --timeout T`, run to completion.
+async fn drain_cli(
+    control: impl Into<std::path::PathBuf>,
+    timeout: &'static str,
+) -> std::process::Output {
     let control = control.into();
     tokio::task::spawn_blocking(move || {
         std::process::Command::new(bin())
@@ -452,8 +455,8 @@ async fn drain_cli(control: impl Into<String>, timeout: &'static str) -> std::pr
                 "--no-progress",
                 "--timeout",
                 timeout,
-                "--control-addr",
-                &control,
+                "--control-socket",
+                control.to_str().unwrap(),
             ])
             .output()
             .unwrap()

@@ -295,8 +295,9 @@ pub struct Proc {
     child: Option<Child>,
     /// The read-only listener (`--admin-addr`).
     pub admin: String,
-    /// The control listener (`--control-addr`).
-    pub control: String,
+    /// The control listener (`--control-socket`: a path, so no port can be taken by
+    /// another test in between).
+    pub control: PathBuf,
     pub log: PathBuf,
 }
 
@@ -322,12 +323,19 @@ impl Proc {
         std::fs::write(&cfg, serde_json::to_vec_pretty(c).expect("config json"))
             .expect("write config");
         let admin = free_addr();
-        let control = free_addr();
+        let control = dir.join(format!("{tag}.sock"));
         let log = dir.join(format!("{tag}.log"));
         let f = std::fs::File::create(&log).expect("log");
         let child = std::process::Command::new(bin())
-            .args(["run", "--no-progress", "--admin-addr", &admin])
-            .args(["--control-addr", &control, "-c"])
+            .args([
+                "run",
+                "--no-progress",
+                "--admin-addr",
+                &admin,
+                "--control-socket",
+            ])
+            .arg(&control)
+            .arg("-c")
             .arg(&cfg)
             .args(extra)
             .env("RUST_LOG", "info,tidemark_etcd=debug")
@@ -353,12 +361,26 @@ impl Proc {
     /// POST a control to the control listener, as `curl -H 'Content-Type: application/json'
     /// -d '{}'` would: (status code, body).
     pub fn post(&self, path: &str) -> Option<(u16, String)> {
+        self.control_request("POST", path)
+    }
+
+    /// One request to the control socket (a JSON `{}` body for POST).
+    pub fn control_request(&self, method: &str, path: &str) -> Option<(u16, String)> {
+        use std::io::{Read, Write};
+        let body = if method == "POST" { "{}" } else { "" };
         let req = format!(
-            "POST {path} HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Content-Length: 2\r\n\r\n{{}}",
-            self.control
+            "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
         );
-        exchange(&self.control, &req)
+        let mut s = std::os::unix::net::UnixStream::connect(&self.control).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(req.as_bytes()).ok()?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).ok()?;
+        let (head, body) = buf.split_once("\r\n\r\n")?;
+        let code = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, body.to_string()))
     }
 
     /// `/statusz` as JSON, or `None` while the server is not up.
