@@ -258,12 +258,15 @@ pub async fn revision(e: &Etcd) -> i64 {
         .unwrap_or(0)
 }
 
-/// The agent binary built by cargo for these tests.
-/// One raw HTTP/1.0 exchange: (status code, body), or `None` while nothing answers.
+/// One raw HTTP/1.0 exchange over TCP: (status code, body), or `None` while nothing answers.
 pub fn exchange(addr: &str, req: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    let s = std::net::TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    roundtrip(s, req)
+}
+
+/// Sends `req` and parses the reply: (status code, body).
+fn roundtrip(mut s: impl std::io::Read + std::io::Write, req: &str) -> Option<(u16, String)> {
     s.write_all(req.as_bytes()).ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
@@ -286,6 +289,7 @@ pub fn password_auth(dir: &Path, user: &str, password: &str) -> tidemark_core::c
     }
 }
 
+/// The agent binary built by cargo for these tests.
 pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tidemark-mirror"))
 }
@@ -366,21 +370,15 @@ impl Proc {
 
     /// One request to the control socket (a JSON `{}` body for POST).
     pub fn control_request(&self, method: &str, path: &str) -> Option<(u16, String)> {
-        use std::io::{Read, Write};
         let body = if method == "POST" { "{}" } else { "" };
         let req = format!(
             "{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Type: application/json\r\n\
              Content-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        let mut s = std::os::unix::net::UnixStream::connect(&self.control).ok()?;
+        let s = std::os::unix::net::UnixStream::connect(&self.control).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(req.as_bytes()).ok()?;
-        let mut buf = String::new();
-        s.read_to_string(&mut buf).ok()?;
-        let (head, body) = buf.split_once("\r\n\r\n")?;
-        let code = head.split_whitespace().nth(1)?.parse().ok()?;
-        Some((code, body.to_string()))
+        roundtrip(s, &req)
     }
 
     /// `/statusz` as JSON, or `None` while the server is not up.
