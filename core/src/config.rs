@@ -667,6 +667,7 @@ fn endpoint_url(full: &str) -> Result<&'static str, String> {
             let Some((addr, after)) = v6.split_once(']') else {
                 return Err(format!("{url:?} has an unclosed IPv6 bracket"));
             };
+            // Pure text parsing of the address (no lookup, no IO): the core stays IO-free.
             if addr.parse::<std::net::Ipv6Addr>().is_err() {
                 return Err(format!("{url:?} has an invalid IPv6 address"));
             }

@@ -13,18 +13,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 use support::agent::{bin, config, password_auth, Proc};
-use support::{dump, Etcd, Flags, V};
+use support::{dump, pair, Etcd, V};
 use tidemark_core::config::{InitialSyncMode, MirrorConfig};
 use tidemark_core::mirror::{Checkpoint, Role};
 
 const SEC: Duration = Duration::from_secs(1);
 const ROOT_PW: &str = "root-pw-5e2";
-
-async fn pair(v: V) -> Option<(Etcd, Etcd)> {
-    let s = Etcd::start(v, Flags::default()).await?;
-    let t = Etcd::start(v, Flags::default()).await?;
-    Some((s, t))
-}
 
 /// A client logged in as root (after [`secure`]).
 async fn root(e: &Etcd) -> Client {

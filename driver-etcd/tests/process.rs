@@ -6,26 +6,12 @@
 mod support;
 
 use std::time::Duration;
-use support::agent::{bin, config, converge, load, password_auth, revision, Proc};
-use support::{Etcd, Flags, V};
+use support::agent::{bin, config, converge, load, num, password_auth, revision, synced, Proc};
+use support::{pair, Etcd, Flags, V};
 use tidemark_core::config::InitialSyncMode;
 use tidemark_core::mirror::Checkpoint;
 
 const SEC: Duration = Duration::from_secs(1);
-
-async fn pair(v: V) -> Option<(Etcd, Etcd)> {
-    let s = Etcd::start(v, Flags::default()).await?;
-    let t = Etcd::start(v, Flags::default()).await?;
-    Some((s, t))
-}
-
-fn num(v: &serde_json::Value, f: &str) -> i64 {
-    v[f].as_i64().unwrap_or(0)
-}
-
-fn synced(v: &serde_json::Value, rev: i64) -> bool {
-    v["phase"] == "Syncing" && num(v, "lastAppliedRevision") >= rev
-}
 
 async fn fence(tgt: &Etcd, c: &tidemark_core::config::MirrorConfig) -> Option<Checkpoint> {
     let mut t = tgt.client().await;

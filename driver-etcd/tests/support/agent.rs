@@ -258,6 +258,16 @@ pub async fn revision(e: &Etcd) -> i64 {
         .unwrap_or(0)
 }
 
+/// A numeric `/statusz` field, 0 when absent.
+pub fn num(v: &serde_json::Value, f: &str) -> i64 {
+    v[f].as_i64().unwrap_or(0)
+}
+
+/// `/statusz` says Syncing with the watermark at or past `rev`.
+pub fn synced(v: &serde_json::Value, rev: i64) -> bool {
+    v["phase"] == "Syncing" && num(v, "lastAppliedRevision") >= rev
+}
+
 /// One raw HTTP/1.0 exchange over TCP: (status code, body), or `None` while nothing answers.
 pub fn exchange(addr: &str, req: &str) -> Option<(u16, String)> {
     let s = std::net::TcpStream::connect(addr).ok()?;

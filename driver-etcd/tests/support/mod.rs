@@ -98,6 +98,14 @@ impl std::fmt::Debug for Etcd {
     }
 }
 
+/// A source and a target server of version `v` with default flags; `None` when the binary
+/// is absent (skip).
+pub async fn pair(v: V) -> Option<(Etcd, Etcd)> {
+    let s = Etcd::start(v, Flags::default()).await?;
+    let t = Etcd::start(v, Flags::default()).await?;
+    Some((s, t))
+}
+
 /// Per-test server flags.
 #[derive(Debug, Clone, Default)]
 pub struct Flags {
