@@ -5,9 +5,11 @@
 //! CEL rules of [`rules`], so the apiserver refuses the same mistakes the agent would.
 
 pub mod events;
+pub mod pod;
 pub mod resolve;
 pub mod rules;
 pub mod status;
+pub mod workload;
 pub mod writer;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -16,14 +18,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tidemark_core::config::MirrorConfig;
 
+pub use pod::AgentPod;
 pub use resolve::{resolve, ResolveError, Resolved};
 pub use status::{Condition, EtcdMirrorStatus, WallClock};
 pub use writer::{Published, ResourceRef, StatusWriter, WriteError};
 
-/// The EtcdMirror spec: exactly the config-file shape of tidemark-mirror.
+/// The EtcdMirror spec: the config-file shape of tidemark-mirror ([`MirrorConfig`], its
+/// fields at the top level) plus `pod`, which only the operator reads.
 // Each `printcolumn(...)` repeats the same keys; clippy reads them as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
-#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Debug, Clone, PartialEq)]
 #[kube(
     doc = "A one-way, fenced, checkpointed mirror of an etcd key range into another etcd cluster.",
     group = "tidemark.dev",
@@ -52,19 +56,75 @@ pub use writer::{Published, ResourceRef, StatusWriter, WriteError};
         json_path = ".metadata.creationTimestamp"
     )
 )]
-#[serde(transparent)]
-pub struct EtcdMirrorSpec(pub MirrorConfig);
+pub struct EtcdMirrorSpec {
+    /// What the agent mirrors, and how.
+    pub config: MirrorConfig,
+    /// How the operator runs the agent pod; `None` takes the operator's defaults.
+    pub pod: Option<AgentPod>,
+}
+
+/// The spec's one field that is not a [`MirrorConfig`] field.
+const POD_FIELD: &str = "pod";
+
+impl Serialize for EtcdMirrorSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let mut v = serde_json::to_value(&self.config).map_err(S::Error::custom)?;
+        if let (Some(pod), Some(m)) = (&self.pod, v.as_object_mut()) {
+            m.insert(
+                POD_FIELD.into(),
+                serde_json::to_value(pod).map_err(S::Error::custom)?,
+            );
+        }
+        v.serialize(s)
+    }
+}
+
+// By hand, not `#[serde(flatten)]`: flatten would silently drop unknown fields, and a
+// misspelt field must stay an error (`MirrorConfig` denies unknown fields).
+impl<'de> Deserialize<'de> for EtcdMirrorSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut v = serde_json::Value::deserialize(d)?;
+        let pod = match v.as_object_mut().and_then(|m| m.remove(POD_FIELD)) {
+            None | Some(serde_json::Value::Null) => None,
+            Some(p) => {
+                Some(serde_json::from_value(p).map_err(|e| D::Error::custom(format!("pod: {e}")))?)
+            }
+        };
+        let config = serde_json::from_value(v).map_err(D::Error::custom)?;
+        Ok(EtcdMirrorSpec { config, pod })
+    }
+}
+
+impl JsonSchema for EtcdMirrorSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "EtcdMirrorSpec".into()
+    }
+
+    fn json_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let mut schema = MirrorConfig::json_schema(g);
+        let pod = g.subschema_for::<AgentPod>();
+        if let Some(props) = schema
+            .get_mut("properties")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            props.insert(POD_FIELD.into(), pod.to_value());
+        }
+        schema
+    }
+}
 
 impl std::ops::Deref for EtcdMirrorSpec {
     type Target = MirrorConfig;
     fn deref(&self) -> &MirrorConfig {
-        &self.0
+        &self.config
     }
 }
 
 impl From<MirrorConfig> for EtcdMirrorSpec {
-    fn from(c: MirrorConfig) -> Self {
-        EtcdMirrorSpec(c)
+    fn from(config: MirrorConfig) -> Self {
+        EtcdMirrorSpec { config, pod: None }
     }
 }
 
@@ -100,7 +160,7 @@ pub fn crd_yaml() -> String {
     )
 }
 
-fn sorted(v: serde_json::Value) -> serde_json::Value {
+pub(crate) fn sorted(v: serde_json::Value) -> serde_json::Value {
     use serde_json::Value;
     match v {
         Value::Object(m) => {

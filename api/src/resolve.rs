@@ -74,7 +74,7 @@ pub async fn resolve(
         }
     };
     let secrets: Api<Secret> = Api::namespaced(client, &r.namespace);
-    let mut config = object.spec.0.clone();
+    let mut config = object.spec.config.clone();
     for (side, ep) in [
         ("source", &mut config.source),
         ("target", &mut config.target),

@@ -8,6 +8,7 @@
 //! Rules read optional fields through `has()` with the serde default as fallback, so they hold
 //! whether or not the apiserver has applied schema defaults.
 
+use crate::pod::MAX_POD_LIST;
 use serde_json::{json, Map, Value};
 use tidemark_core::config::{MAX_ENDPOINTS, MAX_EXCLUDE_PREFIXES};
 
@@ -261,6 +262,38 @@ pub fn rules() -> Vec<Rule> {
             });
         }
     }
+    // `spec.pod`: what the operator's Deployment would otherwise be refused for later, out
+    // of the user's sight (`AgentPod::validate`).
+    r.push(Rule {
+        id: "pod-toleration-operator",
+        node: vec!["pod"],
+        rule: "!has(self.tolerations) || \
+               self.tolerations.all(t, !has(t.operator) || t.operator in ['Exists', 'Equal'])"
+            .into(),
+        message: "pod.tolerations: operator must be Exists or Equal".into(),
+        field_path: Some(".tolerations"),
+    });
+    r.push(Rule {
+        id: "pod-toleration-exists-without-value",
+        node: vec!["pod"],
+        rule: "!has(self.tolerations) || self.tolerations.all(t, !has(t.operator) || \
+               t.operator != 'Exists' || !has(t.value) || t.value == '')"
+            .into(),
+        message: "pod.tolerations: operator Exists takes no value; remove value or use \
+                  operator Equal"
+            .into(),
+        field_path: Some(".tolerations"),
+    });
+    r.push(Rule {
+        id: "pod-priority-class-name",
+        node: vec!["pod"],
+        rule: "!has(self.priorityClassName) || self.priorityClassName.matches(\
+               '^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')"
+            .into(),
+        message: "pod.priorityClassName must be a PriorityClass name (lowercase DNS subdomain)"
+            .into(),
+        field_path: Some(".priorityClassName"),
+    });
     r
 }
 
@@ -283,6 +316,13 @@ pub const BOUNDS: &[(&[&str], &str, u64)] = &[
         "maxItems",
         MAX_EXCLUDE_PREFIXES as u64,
     ),
+    (&["pod", "tolerations"], "maxItems", MAX_POD_LIST as u64),
+    (
+        &["pod", "nodeSelector"],
+        "maxProperties",
+        MAX_POD_LIST as u64,
+    ),
+    (&["pod", "priorityClassName"], "maxLength", 253),
 ];
 
 /// Longest accepted string anywhere in the spec, for the same reason as [`BOUNDS`]; the
@@ -323,7 +363,10 @@ pub fn inject(spec: &mut Value) {
 /// Puts `maxLength` on every string in the spec that has no `enum`.
 fn bound_strings(v: &mut Value) {
     if let Value::Object(m) = v {
-        if m.get("type") == Some(&json!("string")) && !m.contains_key("enum") {
+        if m.get("type") == Some(&json!("string"))
+            && !m.contains_key("enum")
+            && !m.contains_key("maxLength")
+        {
             m.insert("maxLength".into(), json!(MAX_STRING_LENGTH));
         }
         for (k, child) in m.iter_mut() {

@@ -9,7 +9,7 @@ use kube_cel::{
 use serde_json::Value;
 use std::collections::BTreeSet;
 use tidemark_api::rules::rules;
-use tidemark_core::config::MirrorConfig;
+use tidemark_api::EtcdMirrorSpec;
 
 mod common;
 use common::{cases, object};
@@ -121,9 +121,14 @@ fn crd_verdict(schema: &Value, spec: &Value, old: Option<&Value>) -> BTreeSet<&'
     }
 }
 
+/// What the agent (`MirrorConfig::validate`) and the operator (`AgentPod::validate`) say.
 fn agent_verdict(spec: &Value) -> Result<(), String> {
-    let c: MirrorConfig = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
-    c.validate().map_err(|e| e.to_string())
+    let s: EtcdMirrorSpec = serde_json::from_value(spec.clone()).map_err(|e| e.to_string())?;
+    s.config.validate().map_err(|e| e.to_string())?;
+    match s.pod.map(|p| p.validate()).unwrap_or_default().as_slice() {
+        [] => Ok(()),
+        problems => Err(format!("{problems:?}")),
+    }
 }
 
 /// The schema without `default`s: the rules must not depend on the apiserver having defaulted
@@ -148,8 +153,8 @@ fn every_rule_accepts_and_rejects_what_validate_does() {
     let mut seen = BTreeSet::new();
     for c in cases() {
         // Rejections must come from validate(), not from parsing.
-        serde_json::from_value::<MirrorConfig>(c.spec.clone())
-            .unwrap_or_else(|e| panic!("{}: does not parse as a MirrorConfig: {e}", c.name));
+        serde_json::from_value::<EtcdMirrorSpec>(c.spec.clone())
+            .unwrap_or_else(|e| panic!("{}: does not parse as a spec: {e}", c.name));
         let crd = crd_verdict(&schema, &c.spec, c.old.as_ref());
         let undefaulted = crd_verdict(&bare, &c.spec, c.old.as_ref());
         if undefaulted != crd {

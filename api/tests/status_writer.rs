@@ -17,7 +17,7 @@ fn spec() -> EtcdMirrorSpec {
     let mut c = MirrorConfig::new("/app/", "/mirror/");
     c.source.endpoint_list = vec!["http://127.0.0.1:2379".into()];
     c.target.endpoint_list = vec!["http://127.0.0.1:22379".into()];
-    EtcdMirrorSpec(c)
+    EtcdMirrorSpec::from(c)
 }
 
 fn secs(s: u64) -> Instant {
@@ -115,7 +115,7 @@ async fn status_is_patched_rate_limited_with_the_observed_generation() {
 
     // A spec change bumps the generation; the next status carries it.
     let mut changed = spec();
-    changed.0.mode = tidemark_core::config::Mode::Drain;
+    changed.config.mode = tidemark_core::config::Mode::Drain;
     let patched = api
         .patch(
             "m",

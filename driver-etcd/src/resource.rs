@@ -303,7 +303,14 @@ impl Task {
         if generation <= self.generation.max(self.ignored_generation) {
             return;
         }
-        if drain_only(&self.spec.0, &o.spec.0) {
+        if o.spec.config == self.spec.config {
+            // Only `spec.pod` changed: the operator rolls the pod for that; this agent has
+            // nothing to apply.
+            tracing::debug!(resource = %self.resource, generation, "only spec.pod changed");
+            self.generation = generation;
+            self.spec = o.spec;
+            self.write().await;
+        } else if drain_only(&self.spec.config, &o.spec.config) {
             tracing::info!(resource = %self.resource, generation, "spec switched mode to Drain; draining");
             self.generation = generation;
             self.spec = o.spec;

@@ -176,7 +176,7 @@ async fn the_shipped_deployment_starts_and_serves_only_probes() {
     let cfg = config(&src, "/app/", &tgt, "/mirror/");
     api.create(
         &PostParams::default(),
-        &EtcdMirror::new(name, EtcdMirrorSpec(cfg)),
+        &EtcdMirror::new(name, EtcdMirrorSpec::from(cfg)),
     )
     .await
     .unwrap();

@@ -111,7 +111,7 @@ async fn apiserver(dir: &Path) -> (ConformanceServer, Api<EtcdMirror>, PathBuf) 
 async fn create(api: &Api<EtcdMirror>, name: &str, c: MirrorConfig) -> EtcdMirror {
     api.create(
         &PostParams::default(),
-        &EtcdMirror::new(name, EtcdMirrorSpec(c)),
+        &EtcdMirror::new(name, EtcdMirrorSpec::from(c)),
     )
     .await
     .unwrap()

@@ -64,6 +64,39 @@ pub fn cases() -> Vec<Case> {
         // Valid objects.
         case("minimal", None, base()),
         case(
+            "pod with resources, scheduling and a priority class",
+            None,
+            with(|v| {
+                v["pod"] = json!({
+                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+                    "nodeSelector": {"topology.kubernetes.io/zone": "eu-west-1a"},
+                    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "etcd", "effect": "NoSchedule"},
+                                    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"}],
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "role", "operator": "In", "values": ["infra"]}]}]}}},
+                    "priorityClassName": "system-cluster-critical"
+                })
+            }),
+        ),
+        case(
+            "pod toleration with an unknown operator",
+            Some("pod-toleration-operator"),
+            with(|v| v["pod"] = json!({"tolerations": [{"key": "k", "operator": "In"}]})),
+        ),
+        case(
+            "pod toleration Exists with a value",
+            Some("pod-toleration-exists-without-value"),
+            with(|v| {
+                v["pod"] =
+                    json!({"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]})
+            }),
+        ),
+        case(
+            "pod priority class with capitals",
+            Some("pod-priority-class-name"),
+            with(|v| v["pod"] = json!({"priorityClassName": "High-Priority"})),
+        ),
+        case(
             "service ref instead of endpoints",
             None,
             with(|v| {
