@@ -738,6 +738,9 @@ impl ApiServer {
         if terminating && no_finalizers {
             self.objects.remove(&key);
             self.record(EventType::Deleted, gvr, namespace, next.clone());
+            if let Some(uid) = meta_str(&next, "uid") {
+                self.collect_garbage(now, namespace, &uid);
+            }
         } else {
             self.objects.insert(key, next.clone());
             self.record(EventType::Modified, gvr, namespace, next.clone());
@@ -871,9 +874,75 @@ impl ApiServer {
             let rv = self.next_rv();
             let mut gone = current;
             meta_mut(&mut gone).insert("resourceVersion".into(), json!(rv.to_string()));
+            let uid = meta_str(&gone, "uid");
             self.record(EventType::Deleted, gvr, namespace, gone);
+            if let Some(uid) = uid {
+                self.collect_garbage(now, namespace, &uid);
+            }
             Ok(None)
         }
+    }
+
+    /// The garbage collector's background cascade, done at once: every object in the owner's
+    /// namespace (every namespace, for a cluster-scoped owner) loses its ownerReferences to
+    /// `uid`, and one left with no owner is deleted, dependents of dependents included.
+    fn collect_garbage(&mut self, now: Instant, namespace: &str, uid: &str) {
+        let dependents: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|((_, ns, _), _)| namespace.is_empty() || ns == namespace)
+            .filter(|(_, o)| {
+                o.pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (gvr, ns, name) in dependents {
+            let Some(mut obj) = self.objects.get(&(gvr.clone(), ns.clone(), name.clone())).cloned()
+            else {
+                continue;
+            };
+            let left = match obj
+                .pointer_mut("/metadata/ownerReferences")
+                .and_then(Value::as_array_mut)
+            {
+                Some(refs) => {
+                    refs.retain(|r| r["uid"] != uid);
+                    refs.len()
+                }
+                None => 0,
+            };
+            if left == 0 {
+                // Deleted as a client would: finalizers hold it, preconditions do not apply.
+                let _ = self.delete(now, &gvr, &ns, &name, None, None);
+            } else {
+                let _ = self.replace(now, &gvr, &ns, &name, obj, Subresource::Main);
+            }
+        }
+    }
+
+    /// Server-side apply, for a single field manager: the applied object replaces what the
+    /// clients wrote (so a field left out of it is removed, as SSA removes fields its manager
+    /// stopped applying), the server's metadata and the status stay, and an absent object is
+    /// created. Fields written by other managers are not tracked.
+    pub fn apply(
+        &mut self,
+        now: Instant,
+        gvr: &Gvr,
+        namespace: &str,
+        name: &str,
+        mut obj: Value,
+    ) -> Result<(u16, Value), ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::BadRequest("body must be an object".into()));
+        }
+        meta_mut(&mut obj).insert("name".into(), json!(name));
+        if self.peek(gvr, namespace, name).is_none() {
+            return Ok((201, self.create(now, gvr, namespace, obj)?));
+        }
+        self.take_fault(Op::Patch, gvr, name)?;
+        Ok((200, self.replace(now, gvr, namespace, name, obj, Subresource::Main)?))
     }
 
     /// Fault helper: makes an object terminating by adding a finalizer (if it has none) and

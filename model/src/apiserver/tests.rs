@@ -194,3 +194,62 @@ fn json_patch_ops() {
     assert_eq!(out, json!({"a": [2, 3], "b": {"c": 2}, "e": {"c": 2}}));
     assert!(json_patch(&doc, &[json!({"op": "test", "path": "/b/c", "value": 9})]).is_err());
 }
+
+#[test]
+fn deleting_an_owner_collects_its_dependents() {
+    let mut s = ApiServer::new();
+    let g = Gvr::secrets();
+    let owner = s
+        .create(T0, &g, "ns", secret("owner", json!({}), json!({})))
+        .unwrap();
+    let uid = meta_str(&owner, "uid").unwrap();
+    let owned = |name: &str, uids: &[&str]| {
+        let mut o = secret(name, json!({}), json!({}));
+        o["metadata"]["ownerReferences"] = json!(uids
+            .iter()
+            .map(|u| json!({"apiVersion": "v1", "kind": "Secret", "name": "x", "uid": u}))
+            .collect::<Vec<_>>());
+        o
+    };
+    s.create(T0, &g, "ns", owned("only-owner", &[&uid])).unwrap();
+    s.create(T0, &g, "ns", owned("two-owners", &[&uid, "other"]))
+        .unwrap();
+    s.create(T0, &g, "other-ns", owned("elsewhere", &[&uid]))
+        .unwrap();
+    let grandchild_owner = meta_str(s.peek(&g, "ns", "only-owner").unwrap(), "uid").unwrap();
+    s.create(T0, &g, "ns", owned("grandchild", &[&grandchild_owner]))
+        .unwrap();
+    assert_eq!(s.delete(T0, &g, "ns", "owner", None, None).unwrap(), None);
+    assert!(s.peek(&g, "ns", "only-owner").is_none());
+    assert!(s.peek(&g, "ns", "grandchild").is_none(), "the cascade recurses");
+    let left = s.peek(&g, "ns", "two-owners").unwrap();
+    assert_eq!(left["metadata"]["ownerReferences"][0]["uid"], "other");
+    assert!(
+        s.peek(&g, "other-ns", "elsewhere").is_some(),
+        "a namespaced owner owns nothing outside its namespace"
+    );
+}
+
+#[test]
+fn apply_creates_then_replaces_what_the_manager_wrote() {
+    let mut s = ApiServer::new();
+    let g = Gvr::secrets();
+    let (code, a) = s
+        .apply(T0, &g, "ns", "a", secret("a", json!({"x": "1", "y": "2"}), json!({})))
+        .unwrap();
+    assert_eq!(code, 201);
+    let (code, b) = s
+        .apply(T0, &g, "ns", "a", secret("a", json!({"x": "1"}), json!({})))
+        .unwrap();
+    assert_eq!(code, 200);
+    assert_eq!(b["metadata"]["labels"], json!({"x": "1"}), "a dropped field goes");
+    assert_eq!(meta_str(&a, "uid"), meta_str(&b, "uid"));
+    let (_, c) = s
+        .apply(T0, &g, "ns", "a", secret("a", json!({"x": "1"}), json!({})))
+        .unwrap();
+    assert_eq!(
+        meta_str(&b, "resourceVersion"),
+        meta_str(&c, "resourceVersion"),
+        "an unchanged apply writes nothing"
+    );
+}

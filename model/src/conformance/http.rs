@@ -300,16 +300,10 @@ fn dispatch(
                     Patch::Merge(p.clone())
                 };
             let apply = content_type.starts_with("application/apply-patch");
-            match api.patch(now, &t.gvr, ns, name, &patch, sub) {
-                Err(ApiError::NotFound { .. }) if apply && !t.status => {
-                    let mut obj = p;
-                    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-                        m.insert("name".into(), json!(name));
-                    }
-                    Ok((201, api.create(now, &t.gvr, ns, obj)?))
-                }
-                r => Ok((200, r?)),
+            if apply && !t.status {
+                return api.apply(now, &t.gvr, ns, name, p);
             }
+            Ok((200, api.patch(now, &t.gvr, ns, name, &patch, sub)?))
         }
         (&Method::DELETE, Some(name)) => {
             let opts: Value = if body.is_empty() {
