@@ -27,7 +27,16 @@ pub mod reason {
     pub const CUTOVER_READY: &str = "CutoverReady";
     /// A drain shows no progress, or loops; the note names what blocks it.
     pub const DRAIN_BLOCKED: &str = "DrainBlocked";
+    /// The operator created the agent's Deployment.
+    pub const AGENT_CREATED: &str = "AgentCreated";
+    /// The spec changed (other than `mode`), and the operator rolled the agent pod.
+    pub const AGENT_UPDATED: &str = "AgentUpdated";
+    /// The operator cannot run an agent that would work for this spec; the note says why.
+    pub const AGENT_SPEC_INVALID: &str = "AgentSpecInvalid";
 }
+
+/// The `action` of the operator's events.
+pub const OPERATOR_ACTION: &str = "Reconcile";
 
 /// The `action` every event of the agent carries (events.k8s.io requires one).
 pub const ACTION: &str = "Mirror";
@@ -45,8 +54,8 @@ pub struct MirrorEvent {
 /// Longest note events.k8s.io accepts.
 pub const MAX_NOTE: usize = 1024;
 
-fn event(warning: bool, reason: &str, note: impl Into<String>) -> MirrorEvent {
-    let mut note = note.into();
+/// `note` cut to [`MAX_NOTE`] bytes (at a character boundary, ending in "...").
+pub fn truncate_note(mut note: String) -> String {
     if note.len() > MAX_NOTE {
         let mut cut = MAX_NOTE - 3;
         while !note.is_char_boundary(cut) {
@@ -55,10 +64,14 @@ fn event(warning: bool, reason: &str, note: impl Into<String>) -> MirrorEvent {
         note.truncate(cut);
         note.push_str("...");
     }
+    note
+}
+
+fn event(warning: bool, reason: &str, note: impl Into<String>) -> MirrorEvent {
     MirrorEvent {
         warning,
         reason: reason.to_string(),
-        note,
+        note: truncate_note(note.into()),
     }
 }
 

@@ -3,7 +3,8 @@
 //! The core (`tidemark-core`) decides everything; this crate only translates its
 //! [`Command`](tidemark_core::etcd::Command)s into etcd-client calls, classifies every error
 //! with core's `classify`, runs source watches as background tasks and drives the
-//! `handle_input` / `poll_output` loop on a monotonic clock.
+//! `handle_input` / `poll_output` loop on a monotonic clock. `operator` runs one such agent per
+//! EtcdMirror on Kubernetes.
 
 pub mod agent;
 pub mod config;
@@ -14,6 +15,7 @@ pub mod events;
 pub mod exec;
 pub mod insecure;
 pub mod metrics;
+pub mod operator;
 pub mod preflight;
 pub mod probe;
 pub mod resource;

@@ -57,6 +57,54 @@ enum Cmd {
     /// wait for the cut-over, and print the cut-over record (`status.cutover`) as JSON;
     /// exit 0 on CutoverReady. (Under `run --resource`, set `spec.mode: Drain` instead.)
     Drain(DrainArgs),
+    /// Run the operator: one managed agent Deployment (with its ServiceAccount and a Role
+    /// limited to what the EtcdMirror names) per EtcdMirror, removed with it. One replica
+    /// acts at a time (leader election on a Lease).
+    Operator(OperatorArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct OperatorArgs {
+    /// The tidemark-mirror image the agents run (normally the operator's own).
+    #[arg(long, value_name = "IMAGE", env = "TIDEMARK_AGENT_IMAGE")]
+    agent_image: String,
+    /// imagePullPolicy of the agents.
+    #[arg(long, value_enum)]
+    agent_image_pull_policy: Option<PullPolicy>,
+    /// Log format of the agents.
+    #[arg(long, value_enum, default_value = "json")]
+    agent_log_format: LogFormat,
+    /// Watch only these namespaces (comma-separated or repeated); default: all.
+    #[arg(long = "namespace", value_name = "NS", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Namespace of the leader Lease (the operator's own; set POD_NAMESPACE from the
+    /// downward API).
+    #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
+    lease_namespace: String,
+    /// Name of the leader Lease.
+    #[arg(long, value_name = "NAME", default_value = "tidemark-operator")]
+    lease_name: String,
+    /// Kubeconfig file (default: in-cluster, or $KUBECONFIG).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long, value_name = "NAME")]
+    context: Option<String>,
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Log line format on stderr.
+    #[arg(long, value_enum, default_value = "plain")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PullPolicy {
+    #[value(name = "Always")]
+    Always,
+    #[value(name = "IfNotPresent")]
+    IfNotPresent,
+    #[value(name = "Never")]
+    Never,
 }
 
 #[derive(Debug, clap::Args)]
@@ -268,6 +316,81 @@ fn load(a: &ConfigArgs) -> anyhow::Result<MirrorConfig> {
         .with_context(|| format!("config {}", a.config.display()))
 }
 
+/// The operator's start-up validation, before anything connects.
+fn operator_options(a: &OperatorArgs) -> anyhow::Result<tidemark_etcd::operator::OperatorOptions> {
+    let image = a.agent_image.trim();
+    if image.is_empty() || image.contains(char::is_whitespace) {
+        bail!("--agent-image {:?} is not an image reference; give e.g. registry.example/tidemark/tidemark-mirror:0.1.0", a.agent_image);
+    }
+    let label = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    };
+    for ns in a.namespaces.iter().chain([&a.lease_namespace]) {
+        if !label(ns) {
+            bail!("namespace {ns:?} is not a namespace name (lowercase letters, digits and '-', at most 63)");
+        }
+    }
+    if !tidemark_api::pod::is_dns_subdomain(&a.lease_name) {
+        bail!(
+            "--lease-name {:?} is not an object name (lowercase DNS subdomain)",
+            a.lease_name
+        );
+    }
+    let identity = tidemark_etcd::operator::identity();
+    Ok(tidemark_etcd::operator::OperatorOptions {
+        namespaces: a.namespaces.clone(),
+        settings: tidemark_api::workload::AgentSettings {
+            image: image.to_string(),
+            image_pull_policy: a.agent_image_pull_policy.map(|p| format!("{p:?}")),
+            log_format: match a.agent_log_format {
+                LogFormat::Json => "json".into(),
+                LogFormat::Plain => "plain".into(),
+            },
+        },
+        lease: tidemark_etcd::operator::LeaseConfig::new(
+            &a.lease_namespace,
+            &a.lease_name,
+            &identity,
+        ),
+    })
+}
+
+async fn operator(a: OperatorArgs) -> anyhow::Result<ExitCode> {
+    let shutdown = Shutdown::install().context("installing signal handlers")?;
+    tidemark_runtime::logging::init(a.log_format, "info")?;
+    let opts = operator_options(&a)?;
+    let client =
+        tidemark_etcd::resource::client(a.kubeconfig.as_deref(), a.context.clone()).await?;
+    let admin = Admin::new("tidemark-operator", env!("CARGO_PKG_VERSION"));
+    let handle = admin.handle();
+    let server = admin
+        .serve(&a.admin.config())
+        .await
+        .context("starting the admin server")?;
+    tracing::info!(
+        identity = %opts.lease.identity,
+        namespaces = ?opts.namespaces,
+        agent_image = %opts.settings.image,
+        admin = %server.local_addr(),
+        "starting operator"
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.recv().await;
+        let _ = stop_tx.send(true);
+    });
+    let result = tidemark_etcd::operator::run(client, opts, handle, stop_rx).await;
+    let _ = server.shutdown().await;
+    result?;
+    tracing::info!("operator stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// At most one EtcdMirror status patch per this interval; phase changes go out at once.
 const STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -324,6 +447,7 @@ fn main() -> ExitCode {
             }
             Cmd::Drain(a) => drain(a).await,
             Cmd::Preflight(a) => preflight(a).await,
+            Cmd::Operator(a) => operator(a).await,
             Cmd::CheckConfig(a) => {
                 let c = load(&a)?;
                 println!(

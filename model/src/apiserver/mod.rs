@@ -899,7 +899,10 @@ impl ApiServer {
             .map(|(k, _)| k.clone())
             .collect();
         for (gvr, ns, name) in dependents {
-            let Some(mut obj) = self.objects.get(&(gvr.clone(), ns.clone(), name.clone())).cloned()
+            let Some(mut obj) = self
+                .objects
+                .get(&(gvr.clone(), ns.clone(), name.clone()))
+                .cloned()
             else {
                 continue;
             };
@@ -942,7 +945,10 @@ impl ApiServer {
             return Ok((201, self.create(now, gvr, namespace, obj)?));
         }
         self.take_fault(Op::Patch, gvr, name)?;
-        Ok((200, self.replace(now, gvr, namespace, name, obj, Subresource::Main)?))
+        Ok((
+            200,
+            self.replace(now, gvr, namespace, name, obj, Subresource::Main)?,
+        ))
     }
 
     /// Fault helper: makes an object terminating by adding a finalizer (if it has none) and

@@ -211,7 +211,8 @@ fn deleting_an_owner_collects_its_dependents() {
             .collect::<Vec<_>>());
         o
     };
-    s.create(T0, &g, "ns", owned("only-owner", &[&uid])).unwrap();
+    s.create(T0, &g, "ns", owned("only-owner", &[&uid]))
+        .unwrap();
     s.create(T0, &g, "ns", owned("two-owners", &[&uid, "other"]))
         .unwrap();
     s.create(T0, &g, "other-ns", owned("elsewhere", &[&uid]))
@@ -221,7 +222,10 @@ fn deleting_an_owner_collects_its_dependents() {
         .unwrap();
     assert_eq!(s.delete(T0, &g, "ns", "owner", None, None).unwrap(), None);
     assert!(s.peek(&g, "ns", "only-owner").is_none());
-    assert!(s.peek(&g, "ns", "grandchild").is_none(), "the cascade recurses");
+    assert!(
+        s.peek(&g, "ns", "grandchild").is_none(),
+        "the cascade recurses"
+    );
     let left = s.peek(&g, "ns", "two-owners").unwrap();
     assert_eq!(left["metadata"]["ownerReferences"][0]["uid"], "other");
     assert!(
@@ -235,14 +239,24 @@ fn apply_creates_then_replaces_what_the_manager_wrote() {
     let mut s = ApiServer::new();
     let g = Gvr::secrets();
     let (code, a) = s
-        .apply(T0, &g, "ns", "a", secret("a", json!({"x": "1", "y": "2"}), json!({})))
+        .apply(
+            T0,
+            &g,
+            "ns",
+            "a",
+            secret("a", json!({"x": "1", "y": "2"}), json!({})),
+        )
         .unwrap();
     assert_eq!(code, 201);
     let (code, b) = s
         .apply(T0, &g, "ns", "a", secret("a", json!({"x": "1"}), json!({})))
         .unwrap();
     assert_eq!(code, 200);
-    assert_eq!(b["metadata"]["labels"], json!({"x": "1"}), "a dropped field goes");
+    assert_eq!(
+        b["metadata"]["labels"],
+        json!({"x": "1"}),
+        "a dropped field goes"
+    );
     assert_eq!(meta_str(&a, "uid"), meta_str(&b, "uid"));
     let (_, c) = s
         .apply(T0, &g, "ns", "a", secret("a", json!({"x": "1"}), json!({})))
