@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # tidemark-mirror and tidemark-inventory as static (musl) binaries on a distroless base that
-# runs as uid 65532, the runAsUser of deploy/deployment.yaml.
+# runs as uid 65532, the runAsUser of deploy/operator.yaml and of the agent pods it creates.
 #
 #   docker build -t tidemark:dev .
 #   docker run --rm tidemark:dev --help                      # tidemark-mirror

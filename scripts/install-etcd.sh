@@ -4,7 +4,8 @@
 #   - etcd 3.5 from Debian's newer suites, downloaded as a .deb and unpacked under a cache
 #     dir with `dpkg-deb -x` (never installed over the system one).
 # Also installs protobuf-compiler (etcd-client's build script runs protoc) and the openssl
-# CLI (the TLS tests generate a throwaway CA).
+# CLI (the TLS tests generate a throwaway CA), and kubectl (Debian's kubernetes-client) when
+# none is on PATH, for the operator test.
 #
 # Idempotent. Uses only the Debian mirror already configured on this machine.
 # Prints `export TIDEMARK_ETCD_34=...` and `export TIDEMARK_ETCD_35=...` on stdout as its last
@@ -40,6 +41,9 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
 # The TLS integration tests mint a throwaway CA with the openssl CLI.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# The operator test drives the conformance apiserver with a real kubectl; Debian's is
+# kubernetes-client (1.20), enough for apply, get, patch, wait and delete.
+command -v kubectl >/dev/null 2>&1 || need+=(kubernetes-client)
 if [ "${#need[@]}" -gt 0 ]; then
   apt_update_once
   log "apt-get install ${need[*]}"

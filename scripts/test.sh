@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
-step "installing what is missing (etcd 3.4 + 3.5, protoc)"
+step "installing what is missing (etcd 3.4 + 3.5, protoc, kubectl)"
 # install-etcd.sh prints `export TIDEMARK_ETCD_34=...` / `export TIDEMARK_ETCD_35=...`.
 eval "$(bash scripts/install-etcd.sh | grep '^export ')"
 export TIDEMARK_ETCD_34 TIDEMARK_ETCD_35
+# install-etcd.sh installed kubectl when it was missing: the operator test must not skip.
+export TIDEMARK_REQUIRE_KUBECTL=1
 for tool in rustfmt clippy-driver; do
   command -v "$tool" >/dev/null 2>&1 || rustup component add "${tool%-driver}" >&2
 done

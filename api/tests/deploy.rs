@@ -1,5 +1,6 @@
-//! Every manifest under deploy/ parses, has the expected kinds, and the example EtcdMirror is
-//! valid both to the CRD's CEL rules and to the agent.
+//! Every manifest under deploy/ parses and has the expected kinds, the operator holds every
+//! permission it grants its agents and nothing broad, and the example EtcdMirror is valid both
+//! to the CRD's CEL rules and to the agent.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use serde::Deserialize;
@@ -12,10 +13,15 @@ fn deploy_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy")
 }
 
-/// Every YAML document in deploy/, by file name.
+/// Every YAML document in deploy/ (what `kubectl apply -f deploy/` applies), by file name.
 fn documents() -> BTreeMap<String, Vec<Value>> {
+    documents_under("")
+}
+
+/// Every YAML document in a directory under deploy/, by file name.
+fn documents_under(sub: &str) -> BTreeMap<String, Vec<Value>> {
     let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(deploy_dir()).unwrap() {
+    for entry in std::fs::read_dir(deploy_dir().join(sub)).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
             continue;
@@ -55,22 +61,23 @@ fn manifests_have_the_expected_kinds() {
             "crd.yaml",
             vec![("apiextensions.k8s.io/v1", "CustomResourceDefinition")],
         ),
+        ("namespace.yaml", vec![("v1", "Namespace")]),
+        (
+            "operator.yaml",
+            vec![("v1", "ServiceAccount"), ("apps/v1", "Deployment")],
+        ),
         (
             "rbac.yaml",
             vec![
-                ("v1", "ServiceAccount"),
+                ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+                ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
                 ("rbac.authorization.k8s.io/v1", "Role"),
                 ("rbac.authorization.k8s.io/v1", "RoleBinding"),
             ],
         ),
-        ("deployment.yaml", vec![("apps/v1", "Deployment")]),
         (
             "networkpolicy.yaml",
             vec![("networking.k8s.io/v1", "NetworkPolicy")],
-        ),
-        (
-            "etcdmirror.yaml",
-            vec![("tidemark.dev/v1alpha1", "EtcdMirror")],
         ),
     ]);
     let have: BTreeMap<&str, Vec<(String, String)>> =
@@ -97,121 +104,133 @@ fn manifests_have_the_expected_kinds() {
             );
         }
     }
+    // `kubectl apply -f deploy/` goes in file-name order: the namespace before its objects.
+    let names: Vec<&String> = docs.keys().collect();
+    let ns = names.iter().position(|f| *f == "namespace.yaml").unwrap();
+    for f in ["networkpolicy.yaml", "operator.yaml", "rbac.yaml"] {
+        assert!(names.iter().position(|x| *x == f).unwrap() > ns, "{f}");
+    }
+}
+
+fn operator_deployment() -> Value {
+    documents()["operator.yaml"]
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap()
+        .clone()
 }
 
 #[test]
-fn deployment_recreates_and_probes_the_admin_port() {
-    let d = &documents()["deployment.yaml"][0];
-    assert_eq!(d["spec"]["replicas"], 1);
-    assert_eq!(d["spec"]["strategy"]["type"], "Recreate");
-    let c = &d["spec"]["template"]["spec"]["containers"][0];
-    let args: Vec<&str> = c["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert_eq!(&args[..3], ["run", "--resource", "tidemark/main"]);
+fn the_operator_probes_its_admin_port_and_runs_its_own_image_for_agents() {
+    let d = operator_deployment();
+    let pod = &d["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["args"][0], "operator");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["startupProbe"]["httpGet"]["path"], "/healthz");
-    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["livenessProbe"]["httpGet"]["port"], c["ports"][0]["name"]);
-    let sa = d["spec"]["template"]["spec"]["serviceAccountName"].as_str();
-    let rbac = &documents()["rbac.yaml"];
-    assert_eq!(sa, rbac[0]["metadata"]["name"].as_str());
-    // The resource the agent reads is the example's.
-    let m = &documents()["etcdmirror.yaml"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let env = c["env"].as_array().unwrap();
+    let agent_image = env
+        .iter()
+        .find(|e| e["name"] == "TIDEMARK_AGENT_IMAGE")
+        .unwrap();
     assert_eq!(
-        args[2],
-        format!(
-            "{}/{}",
-            m["metadata"]["namespace"].as_str().unwrap(),
-            m["metadata"]["name"].as_str().unwrap()
-        )
+        agent_image["value"], c["image"],
+        "agents run the operator's image"
+    );
+    let pod_ns = env.iter().find(|e| e["name"] == "POD_NAMESPACE").unwrap();
+    assert_eq!(
+        pod_ns["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    let sa = pod["serviceAccountName"].as_str();
+    let binding = documents()["rbac.yaml"]
+        .iter()
+        .find(|d| d["kind"] == "ClusterRoleBinding")
+        .unwrap()
+        .clone();
+    assert_eq!(sa, binding["subjects"][0]["name"].as_str());
+    assert_eq!(
+        d["metadata"]["namespace"],
+        binding["subjects"][0]["namespace"]
     );
 }
 
-/// Every grant is one verb the agent uses, limited to the objects the example names (the
-/// deploy test in driver-etcd checks the agent's real requests against these rules).
+/// Does `rule` (RBAC's matching) allow `verb` on `group/resource` named `name`?
+fn allows(rule: &Value, group: &str, resource: &str, verb: &str, name: Option<&str>) -> bool {
+    let has = |k: &str, v: &str| {
+        rule[k]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == v || x == "*"))
+    };
+    let names = rule["resourceNames"].as_array();
+    has("apiGroups", group)
+        && has("resources", resource)
+        && has("verbs", verb)
+        && names.is_none_or(|n| name.is_some_and(|name| n.iter().any(|x| x == name)))
+}
+
+/// Kubernetes lets the operator write only Roles whose rules it holds itself; every Role it
+/// writes must therefore be covered by its ClusterRole. And the ClusterRole holds nothing
+/// broad: no wildcard, no delete, no Secret listing.
 #[test]
-fn rbac_is_least_privilege() {
-    let role = &documents()["rbac.yaml"][1];
-    let mut grants: Vec<(String, String, String, String)> = Vec::new();
-    for rule in role["rules"].as_array().unwrap() {
-        // Events are created under generated names, so that rule cannot name them.
-        let events = rule["resources"][0] == "events";
-        let any = vec![Value::String("*".into())];
-        let names = match rule["resourceNames"].as_array() {
-            Some(n) => n,
-            None if events => &any,
-            None => panic!("every rule but the Events one is limited by resourceNames"),
+fn the_operator_holds_what_it_grants_and_nothing_broad() {
+    let cluster_role = documents()["rbac.yaml"][0].clone();
+    let rules = cluster_role["rules"].as_array().unwrap();
+    let m: EtcdMirror =
+        serde_json::from_value(documents_under("examples")["etcdmirror.yaml"][0].clone()).unwrap();
+    let granted =
+        tidemark_api::workload::role_rules(m.metadata.name.as_deref().unwrap(), &m.spec.config);
+    for g in serde_json::to_value(&granted).unwrap().as_array().unwrap() {
+        let names: Vec<Option<&str>> = match g["resourceNames"].as_array() {
+            Some(n) => n.iter().map(|x| x.as_str()).collect(),
+            None => vec![None],
         };
-        for g in rule["apiGroups"].as_array().unwrap() {
-            for r in rule["resources"].as_array().unwrap() {
-                for v in rule["verbs"].as_array().unwrap() {
-                    for n in names {
-                        grants.push((
-                            g.as_str().unwrap().into(),
-                            r.as_str().unwrap().into(),
-                            v.as_str().unwrap().into(),
-                            n.as_str().unwrap().into(),
-                        ));
+        for group in g["apiGroups"].as_array().unwrap() {
+            for res in g["resources"].as_array().unwrap() {
+                for verb in g["verbs"].as_array().unwrap() {
+                    for name in &names {
+                        let (group, res, verb) = (
+                            group.as_str().unwrap(),
+                            res.as_str().unwrap(),
+                            verb.as_str().unwrap(),
+                        );
+                        assert!(
+                            rules.iter().any(|r| allows(r, group, res, verb, *name)),
+                            "the operator grants {verb} {group}/{res} {name:?} without holding it"
+                        );
                     }
                 }
             }
         }
     }
-    grants.sort();
-    let m = &documents()["etcdmirror.yaml"][0];
-    let mirror = m["metadata"]["name"].as_str().unwrap();
-    let secret = |side: &str| {
-        m["spec"][side]["tls"]["secretRef"]["name"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    };
-    let mut want: Vec<(String, String, String, String)> = vec![
-        (
-            "tidemark.dev".into(),
-            "etcdmirrors".into(),
-            "get".into(),
-            mirror.into(),
-        ),
-        (
-            "tidemark.dev".into(),
-            "etcdmirrors/status".into(),
-            "patch".into(),
-            mirror.into(),
-        ),
-        ("".into(), "secrets".into(), "get".into(), secret("source")),
-        ("".into(), "secrets".into(), "get".into(), secret("target")),
-        (
-            "events.k8s.io".into(),
-            "events".into(),
-            "create".into(),
-            "*".into(),
-        ),
-        (
-            "events.k8s.io".into(),
-            "events".into(),
-            "patch".into(),
-            "*".into(),
-        ),
-    ];
-    want.sort();
-    assert_eq!(grants, want);
+    for r in rules {
+        let text = r.to_string();
+        assert!(!text.contains('*'), "a wildcard: {text}");
+        assert!(
+            !text.contains("delete"),
+            "the garbage collector deletes: {text}"
+        );
+        if r["resources"][0] == "secrets" {
+            assert_eq!(r["verbs"], serde_json::json!(["get"]), "{text}");
+        }
+    }
 }
 
 #[test]
 fn network_policy_admits_only_the_admin_port() {
     let np = &documents()["networkpolicy.yaml"][0];
-    let d = &documents()["deployment.yaml"][0];
+    let d = operator_deployment();
     let c = &d["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         np["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"],
         d["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
     );
+    assert_eq!(np["metadata"]["namespace"], d["metadata"]["namespace"]);
     let ingress = np["spec"]["ingress"].as_array().unwrap();
     assert_eq!(ingress.len(), 1);
     assert_eq!(ingress[0]["ports"].as_array().unwrap().len(), 1);
@@ -224,9 +243,10 @@ fn network_policy_admits_only_the_admin_port() {
 
 #[test]
 fn example_etcdmirror_is_valid() {
-    let doc = documents()["etcdmirror.yaml"][0].clone();
+    let doc = documents_under("examples")["etcdmirror.yaml"][0].clone();
     let m: EtcdMirror = serde_json::from_value(doc.clone()).expect("typed EtcdMirror");
     m.spec.validate().expect("the agent accepts the example");
+    assert!(m.spec.pod.as_ref().is_none_or(|p| p.validate().is_empty()));
     let crd = serde_json::to_value(tidemark_api::crd()).unwrap();
     let schema = crd
         .pointer("/spec/versions/0/schema/openAPIV3Schema")

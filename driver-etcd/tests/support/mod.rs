@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod agent;
+pub mod pod;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

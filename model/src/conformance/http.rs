@@ -68,6 +68,7 @@ fn audit_record(method: &Method, t: &Target, watch: bool) -> super::AuditRecord 
         resource.push_str("/status");
     }
     super::AuditRecord {
+        user: None,
         verb: verb.to_string(),
         group: t.gvr.group.clone(),
         resource,
@@ -174,7 +175,13 @@ async fn handle(
         );
     };
     let q = query(&uri);
-    shared.record(audit_record(&method, &target, is_true(q.get("watch"))));
+    let mut record = audit_record(&method, &target, is_true(q.get("watch")));
+    record.user = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_string);
+    shared.record(record);
     let group = target.gvr.group.clone();
     if method == Method::GET && target.name.is_none() && is_true(q.get("watch")) {
         return watch(shared, target, q).await;
@@ -245,6 +252,56 @@ fn core_event(e: &Value) -> Value {
     })
 }
 
+/// A parsed `fieldSelector`: the `metadata.name` and `metadata.namespace` equalities, the
+/// fields every resource supports on a real apiserver. Anything else is refused, as there.
+#[derive(Debug, Default, Clone)]
+struct FieldSelector(Vec<(&'static str, bool, String)>);
+
+impl FieldSelector {
+    fn parse(s: Option<&String>) -> Result<FieldSelector, ApiError> {
+        let mut out = Vec::new();
+        for term in s
+            .map(String::as_str)
+            .unwrap_or("")
+            .split(',')
+            .filter(|t| !t.is_empty())
+        {
+            let (field, eq, value) = if let Some((f, v)) = term.split_once("!=") {
+                (f, false, v)
+            } else if let Some((f, v)) = term.split_once("==") {
+                (f, true, v)
+            } else if let Some((f, v)) = term.split_once('=') {
+                (f, true, v)
+            } else {
+                return Err(ApiError::BadRequest(format!(
+                    "invalid field selector term {term:?}"
+                )));
+            };
+            let field = match field.trim() {
+                "metadata.name" => "name",
+                "metadata.namespace" => "namespace",
+                other => {
+                    return Err(ApiError::BadRequest(format!(
+                        "field label not supported: {other}"
+                    )))
+                }
+            };
+            out.push((field, eq, value.trim().to_string()));
+        }
+        Ok(FieldSelector(out))
+    }
+
+    fn matches(&self, obj: &Value) -> bool {
+        self.0.iter().all(|(field, eq, value)| {
+            let have = obj
+                .pointer(&format!("/metadata/{field}"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            (have == value) == *eq
+        })
+    }
+}
+
 fn is_true(v: Option<&String>) -> bool {
     v.is_some_and(|v| v == "true" || v == "1")
 }
@@ -266,6 +323,7 @@ fn dispatch(
     };
     match (method, &t.name) {
         (&Method::GET, None) => {
+            let fields = FieldSelector::parse(q.get("fieldSelector"))?;
             let (mut items, rv) = api.list(
                 &t.gvr,
                 t.namespace.as_deref(),
@@ -278,6 +336,7 @@ fn dispatch(
                 let (more, _) = api.list(&newer, t.namespace.as_deref(), None)?;
                 items.extend(more.iter().map(core_event));
             }
+            items.retain(|o| fields.matches(o));
             Ok((200, api.list_object(&t.gvr, items, rv)))
         }
         (&Method::POST, None) => {
@@ -345,6 +404,10 @@ fn dispatch(
 /// Streams watch events as newline-delimited JSON until `timeoutSeconds` (default 290 s).
 async fn watch(shared: Arc<Shared>, t: Target, q: BTreeMap<String, String>) -> Response {
     let selector = q.get("labelSelector").cloned();
+    let fields = match FieldSelector::parse(q.get("fieldSelector")) {
+        Ok(f) => f,
+        Err(e) => return error_response(&e, &t.gvr.group),
+    };
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
@@ -376,7 +439,7 @@ async fn watch(shared: Arc<Shared>, t: Target, q: BTreeMap<String, String>) -> R
                         };
                     (items, rv)
                 };
-                for obj in items {
+                for obj in items.into_iter().filter(|o| fields.matches(o)) {
                     let line = json!({"type": "ADDED", "object": obj}).to_string() + "\n";
                     if tx.send(Ok(Bytes::from(line))).await.is_err() {
                         return;
@@ -397,6 +460,9 @@ async fn watch(shared: Arc<Shared>, t: Target, q: BTreeMap<String, String>) -> R
                     let mut lines = Vec::new();
                     for e in evs {
                         after = after.max(e.rv);
+                        if !fields.matches(&e.object) {
+                            continue;
+                        }
                         let ty = match e.kind {
                             EventType::Added => "ADDED",
                             EventType::Modified => "MODIFIED",

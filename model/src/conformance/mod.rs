@@ -62,6 +62,10 @@ pub struct AuditRecord {
     pub namespace: Option<String>,
     /// `None` for collection requests.
     pub name: Option<String>,
+    /// The bearer token the request carried: the "user" a test gave a client through
+    /// [`ConformanceServer::kubeconfig_yaml_for`]. The server authorizes nothing; tests
+    /// check each user's requests against its RBAC rules.
+    pub user: Option<String>,
 }
 
 impl Shared {
@@ -154,6 +158,15 @@ impl ConformanceServer {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: conformance\n  cluster:\n    server: {}\ncontexts:\n- name: conformance\n  context:\n    cluster: conformance\n    user: nobody\n    namespace: default\nusers:\n- name: nobody\n  user: {{}}\ncurrent-context: conformance\n",
             self.url()
+        )
+    }
+
+    /// A kubeconfig whose requests carry `user` as their bearer token (see
+    /// [`AuditRecord::user`]).
+    pub fn kubeconfig_yaml_for(&self, user: &str) -> String {
+        self.kubeconfig_yaml().replace(
+            "- name: nobody\n  user: {}\n",
+            &format!("- name: nobody\n  user:\n    token: {user}\n"),
         )
     }
 
