@@ -7,6 +7,7 @@
 pub mod bytes_b64;
 pub mod classify;
 pub mod config;
+pub mod contract;
 pub mod duration;
 pub mod etcd;
 pub mod inventory;
@@ -16,4 +17,5 @@ pub mod time;
 
 pub use classify::{classify, Code, Failure};
 pub use config::MirrorConfig;
+pub use contract::Machine;
 pub use time::Instant;

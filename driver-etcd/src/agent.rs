@@ -12,19 +12,15 @@ use std::time::Duration;
 use tidemark_core::etcd::Command;
 use tidemark_core::mirror::io::{Control, Input, Output, StopReason};
 use tidemark_core::mirror::Status;
-use tidemark_core::Instant;
+use tidemark_core::{Instant, Machine};
 use tokio::sync::mpsc;
 
-/// The core contract (docs/design.md, "The core contract"), so the loop runs the mirror and test
-/// doubles alike.
-pub trait Core: Send {
-    /// Feeds one input at `now`.
-    fn handle_input(&mut self, now: Instant, input: Input);
-    /// The next output; drained until `Timeout` or `Stopped`.
-    fn poll_output(&mut self, now: Instant) -> Output;
-    /// The published status.
-    fn status(&self) -> &Status;
-}
+/// What the loop runs: anything that keeps core's contract ([`Machine`], docs/design.md, "The
+/// core contract") with the mirror's inputs, outputs and status, so the loop runs the mirror
+/// and test doubles alike.
+pub trait Core: Machine<Input = Input, Output = Output, Status = Status> + Send {}
+
+impl<T: Machine<Input = Input, Output = Output, Status = Status> + Send> Core for T {}
 
 /// Receives the core's status as it changes (admin endpoints, metrics, terminal progress).
 pub trait StatusSink: Send {
@@ -225,18 +221,6 @@ impl<C: Core> Agent<C> {
     }
 }
 
-impl Core for tidemark_core::mirror::Mirror {
-    fn handle_input(&mut self, now: Instant, input: Input) {
-        tidemark_core::mirror::Mirror::handle_input(self, now, input)
-    }
-    fn poll_output(&mut self, now: Instant) -> Output {
-        tidemark_core::mirror::Mirror::poll_output(self, now)
-    }
-    fn status(&self) -> &Status {
-        tidemark_core::mirror::Mirror::status(self)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -256,7 +240,10 @@ mod tests {
         status: Status,
     }
 
-    impl Core for Script {
+    impl Machine for Script {
+        type Input = Input;
+        type Output = Output;
+        type Status = Status;
         fn handle_input(&mut self, _now: Instant, input: Input) {
             if matches!(input, Input::Control(Control::Shutdown)) {
                 self.stop = true;

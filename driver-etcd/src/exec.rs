@@ -7,6 +7,7 @@ use crate::connect::{ClusterConn, Conn, MAX_DECODING_BYTES};
 use crate::error::failure_from;
 use crate::probe;
 use crate::watch::WatchRegistry;
+use crate::wire::{etcd_key, kv_from};
 use etcd_client::{
     Compare as EcCompare, CompareOp, DeleteOptions, GetOptions, SortOrder, SortTarget,
     Txn as EcTxn, TxnOp as EcTxnOp, TxnOpResponse,
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tidemark_core::classify::Failure;
 use tidemark_core::etcd::{
-    Cluster, Command, CompareTarget, KeyValue, RangeReply, RangeRequest, Reply, SortBy, TxnOp,
-    TxnReply, TxnRequest,
+    Cluster, Command, CompareTarget, RangeReply, RangeRequest, Reply, SortBy, TxnOp, TxnReply,
+    TxnRequest,
 };
 use tidemark_core::mirror::io::{CommandId, Input};
 use tokio::sync::mpsc;
@@ -29,27 +30,6 @@ pub struct Executor {
     target: Arc<ClusterConn>,
     request_timeout: Duration,
     watches: WatchRegistry,
-}
-
-/// etcd rejects an empty key; "from the first key" is spelled `\0`.
-pub(crate) fn etcd_key(key: &[u8], range_end: &[u8]) -> Vec<u8> {
-    if key.is_empty() && !range_end.is_empty() {
-        vec![0]
-    } else {
-        key.to_vec()
-    }
-}
-
-/// The core's key-value for an etcd-client one.
-pub fn kv_from(kv: &etcd_client::KeyValue) -> KeyValue {
-    KeyValue {
-        key: kv.key().to_vec(),
-        value: kv.value().to_vec(),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
-        version: kv.version(),
-        lease: kv.lease(),
-    }
 }
 
 impl Executor {

@@ -21,6 +21,7 @@ pub mod probe;
 pub mod resource;
 pub mod verify;
 pub mod watch;
+pub mod wire;
 mod yaml_budget;
 
 pub use agent::{Agent, Core};

@@ -7,7 +7,7 @@
 
 use crate::connect::{ClusterConn, MAX_DECODING_BYTES};
 use crate::error::failure_from;
-use crate::exec::{etcd_key, kv_from};
+use crate::wire::{etcd_key, kv_from};
 use etcd_client::{EventType, WatchOptions, WatchResponse, WatchStream};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -116,7 +116,7 @@ async fn assert_anchor_holds(src: &Etcd, a: &Anchor) {
         )
         .await
         .unwrap();
-    let kv = r.kvs().first().map(tidemark_etcd::exec::kv_from);
+    let kv = r.kvs().first().map(tidemark_etcd::wire::kv_from);
     assert_eq!(a.mismatch(kv.as_ref()), None, "anchor {a:?}");
 }
 

@@ -2,9 +2,8 @@
 
 use crate::exec::Executor;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-pub use tidemark_core::inventory::Machine;
 use tidemark_core::inventory::{Input, KubeError, Output, Timestamp};
-use tidemark_core::Instant;
+use tidemark_core::{Instant, Machine};
 
 /// The driver's monotonic clock, as core [`Instant`]s since the clock was made.
 #[derive(Debug, Clone, Copy)]
@@ -48,14 +47,17 @@ pub fn wall_timestamp() -> Timestamp {
 
 /// Executes the machine's commands one at a time until it stops. Each request is bounded by
 /// `request_timeout`; a timed-out request is answered with a transient error.
-pub async fn drive<M: Machine>(
+pub async fn drive<M, O>(
     machine: &mut M,
     exec: &Executor,
     clock: &Clock,
     request_timeout: Duration,
-) -> M::Outcome {
+) -> O
+where
+    M: Machine<Input = Input, Output = Output<O>>,
+{
     loop {
-        match machine.poll(clock.now()) {
+        match machine.poll_output(clock.now()) {
             Output::Command { id, cmd } => {
                 tracing::debug!(id, ?cmd, "kube command");
                 let result = match tokio::time::timeout(request_timeout, exec.execute(&cmd)).await {
@@ -67,7 +69,7 @@ pub async fn drive<M: Machine>(
                 if let Err(e) = &result {
                     tracing::debug!(id, error = %e, "kube command failed");
                 }
-                machine.handle(clock.now(), Input::Done { id, result });
+                machine.handle_input(clock.now(), Input::Done { id, result });
             }
             Output::Timeout(at) => tokio::time::sleep_until(clock.to_tokio(at)).await,
             Output::Stopped(outcome) => return outcome,

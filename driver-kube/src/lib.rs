@@ -11,3 +11,4 @@ pub mod exec;
 pub mod inspect;
 pub mod ops;
 pub mod reconcile;
+pub mod settings;

@@ -1,9 +1,9 @@
 //! One-shot operations behind `tidemark-inventory record` and `recover`, and the JSON
 //! reports they print.
 
-use crate::controller::ControllerConfig;
 use crate::drive::{drive, wall_timestamp, Clock};
 use crate::exec::Executor;
+use crate::settings::ControllerConfig;
 use serde_json::{json, Value};
 use tidemark_core::inventory::{
     tombstones_json, Mode, Outcome, RecordOutcome, Recorder, Recovery, RecoveryOutcome, ResourceId,

@@ -3,9 +3,9 @@
 //! report recordings, held plans, invalid inventories and lineage conflicts, once per
 //! synthesis and reason.
 
-use crate::controller::{ControllerConfig, ControllerStats};
 use crate::drive::{drive, wall_timestamp, Clock};
 use crate::exec::Executor;
+use crate::settings::{ControllerConfig, ControllerStats};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder as EventRecorder, Reporter};
 use std::collections::BTreeSet;

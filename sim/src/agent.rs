@@ -1,31 +1,11 @@
 //! Agents as the simulator drives them: a replicator behind the core contract, plus what a
 //! process would lose on a crash.
 
-use crate::schedule::{Options, ReplicatorKind};
+use crate::replicator::Replicator;
+use crate::schedule::Options;
 use std::collections::BTreeSet;
 use std::time::Duration;
-use tidemark_core::mirror::{Input, Output, Status};
-use tidemark_core::{Instant, MirrorConfig};
-
-/// The core contract (docs/design.md "The core contract"), so the simulator can drive the real
-/// mirror or its test double the same way.
-pub trait Replicator: std::fmt::Debug {
-    fn handle_input(&mut self, now: Instant, input: Input);
-    fn poll_output(&mut self, now: Instant) -> Output;
-    fn status(&self) -> &Status;
-}
-
-/// Builds a replicator of the kind the options ask for.
-pub fn build(
-    kind: ReplicatorKind,
-    cfg: MirrorConfig,
-    seed: u64,
-) -> Result<Box<dyn Replicator>, String> {
-    match kind {
-        ReplicatorKind::Reference => Ok(Box::new(crate::reference::RefReplicator::new(cfg, seed))),
-        ReplicatorKind::Core => crate::core_adapter::build(cfg, seed),
-    }
-}
+use tidemark_core::MirrorConfig;
 
 /// The link config of a run, in one of several variants that keep the link identity
 /// (prefixes) and change everything a restart may change.

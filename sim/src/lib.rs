@@ -6,12 +6,12 @@
 //! convergence in a quiet liveness phase. Same schedule, same trace hash.
 
 pub mod agent;
-pub mod core_adapter;
 pub mod coverage;
 pub mod drain_watch;
 pub mod invariants;
 pub mod oracle;
 pub mod reference;
+pub mod replicator;
 pub mod restore;
 pub mod runner;
 pub mod schedule;

@@ -6,7 +6,6 @@
 //! revision per target Txn (splitting a revision over 100 ops with `split` set), and on any
 //! trouble cancels its watch, waits a second and starts over from the fence.
 
-use crate::agent::Replicator;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use tidemark_core::classify::Failure;
 use tidemark_core::config::InitialSyncMode;
@@ -17,7 +16,7 @@ use tidemark_core::etcd::{
 use tidemark_core::mirror::checkpoint::{Checkpoint, Role, Scan, Split};
 use tidemark_core::mirror::{FailKind, Input, KeySpace, Output, Phase, Status, StopReason};
 use tidemark_core::rng::Rng;
-use tidemark_core::{Instant, MirrorConfig};
+use tidemark_core::{Instant, Machine, MirrorConfig};
 
 const CHUNK: usize = 100;
 const RETRY_NS: u64 = 1_000_000_000;
@@ -564,7 +563,10 @@ impl RefReplicator {
     }
 }
 
-impl Replicator for RefReplicator {
+impl Machine for RefReplicator {
+    type Input = Input;
+    type Output = Output;
+    type Status = Status;
     fn handle_input(&mut self, now: Instant, input: Input) {
         if self.stopped.is_some() {
             return;

@@ -7,13 +7,14 @@
 //! stream does. A crash discards every reply and event still travelling to the process, but
 //! requests already on the wire still reach the server.
 
-use crate::agent::{build, config_for, Agent};
+use crate::agent::{config_for, Agent};
 use crate::coverage::Coverage;
 use crate::drain_watch::DrainWatch;
 use crate::invariants::{Checker, Issuer, Violation};
 use crate::model::etcd::{fail, msg, ConnId};
 use crate::model::{EtcdCluster, Mutation, WatchOut};
 use crate::oracle::{Fence, Oracle};
+use crate::replicator::build;
 use crate::restore::Restores;
 use crate::schedule::{Fault, FaultyMode, Options, ReplicatorKind, Schedule, Side};
 use crate::trace::Trace;

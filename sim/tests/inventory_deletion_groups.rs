@@ -13,13 +13,13 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use tidemark_core::inventory::{
-    default_lineage, effective_deletion_group, entries_from_slices, Command, Entry, Input, Machine,
-    Output, Policy, Protection, RecordOutcome, Recorder, RecorderConfig, Recovery, RecoveryConfig,
+    default_lineage, effective_deletion_group, entries_from_slices, Command, Entry, Input, Output,
+    Policy, Protection, RecordOutcome, Recorder, RecorderConfig, Recovery, RecoveryConfig,
     RecoveryOutcome, ResourceId, SliceView, Timestamp,
 };
 use tidemark_core::inventory::{Outcome, Reason};
 use tidemark_core::rng::Rng;
-use tidemark_core::Instant;
+use tidemark_core::{Instant, Machine};
 use tidemark_model::apiserver::inventory::{execute, gvr_of};
 use tidemark_model::apiserver::{ApiServer, Gvr, Patch, Subresource};
 
@@ -236,9 +236,12 @@ impl World {
         }
     }
 
-    fn drive<M: Machine>(&mut self, m: &mut M) -> M::Outcome {
+    fn drive<M, O>(&mut self, m: &mut M) -> O
+    where
+        M: Machine<Input = Input, Output = Output<O>>,
+    {
         loop {
-            match m.poll(self.at()) {
+            match m.poll_output(self.at()) {
                 Output::Command { id, cmd } => {
                     if let Command::DeleteResource { id: rid, .. } = &cmd {
                         self.check_delete(rid);
@@ -254,7 +257,7 @@ impl World {
                     }
                     let latency = 1_000_000 + self.rng.below(30_000_000);
                     self.tick_to(self.now + latency);
-                    m.handle(self.at(), Input::Done { id, result });
+                    m.handle_input(self.at(), Input::Done { id, result });
                 }
                 Output::Timeout(t) => {
                     self.sleeps += 1;

@@ -147,36 +147,37 @@ pub enum Output<S> {
     Stopped(S),
 }
 
-/// The sans-IO shape the recorder and the recovery machine share, so one driver loop (the
-/// kube driver's, the simulator's) runs either.
-pub trait Machine {
-    /// What the machine ends with.
-    type Outcome;
-    /// Next output.
-    fn poll(&mut self, now: Instant) -> Output<Self::Outcome>;
-    /// Feeds one input.
-    fn handle(&mut self, now: Instant, input: Input);
+/// Both inventory machines keep core's one contract, so one driver loop (the kube driver's,
+/// the simulator's) runs either; the trait calls are their inherent ones.
+macro_rules! inventory_machine {
+    ($machine:ty, $outcome:ty, $status:ty) => {
+        impl crate::contract::Machine for $machine {
+            type Input = Input;
+            type Output = Output<$outcome>;
+            type Status = $status;
+            fn handle_input(&mut self, now: Instant, input: Input) {
+                <$machine>::handle_input(self, now, input)
+            }
+            fn poll_output(&mut self, now: Instant) -> Self::Output {
+                <$machine>::poll_output(self, now)
+            }
+            fn status(&self) -> &Self::Status {
+                <$machine>::status(self)
+            }
+        }
+    };
 }
 
-impl Machine for super::recorder::Recorder {
-    type Outcome = super::recorder::RecordOutcome;
-    fn poll(&mut self, now: Instant) -> Output<Self::Outcome> {
-        self.poll_output(now)
-    }
-    fn handle(&mut self, now: Instant, input: Input) {
-        self.handle_input(now, input)
-    }
-}
-
-impl Machine for super::recovery::Recovery {
-    type Outcome = super::recovery::RecoveryOutcome;
-    fn poll(&mut self, now: Instant) -> Output<Self::Outcome> {
-        self.poll_output(now)
-    }
-    fn handle(&mut self, now: Instant, input: Input) {
-        self.handle_input(now, input)
-    }
-}
+inventory_machine!(
+    super::recorder::Recorder,
+    super::recorder::RecordOutcome,
+    super::recorder::RecorderStatus
+);
+inventory_machine!(
+    super::recovery::Recovery,
+    super::recovery::RecoveryOutcome,
+    super::recovery::RecoveryStatus
+);
 
 #[cfg(test)]
 mod tests {

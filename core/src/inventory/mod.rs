@@ -65,7 +65,7 @@ pub use decision::{Decision, Outcome, DECISION_ANNOTATION};
 pub use deletion_group::{deletion_order, effective_deletion_group};
 pub use eligibility::{Ineligible, Scope};
 pub use entry::{entries_from_slices, present_identities, Entry, Identity, ResourceId};
-pub use kube::{Command, CommandId, Input, KubeError, Machine, Output, Reply};
+pub use kube::{Command, CommandId, Input, KubeError, Output, Reply};
 pub use lineage::{
     check_lineage, default_lineage, foreign_lineage, lineage_conflicts, lineage_of, LineageProblem,
 };

@@ -10,314 +10,29 @@
 //! nanoseconds since the Unix epoch).
 
 pub mod inventory;
+pub mod patch;
 pub mod selector;
+pub mod types;
 
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
+use tidemark_core::inventory::timestamp::Timestamp;
 use tidemark_core::Instant;
 
+use patch::obj_mut;
+pub use patch::{json_patch, merge_patch};
 pub use selector::{Requirement, Selector, SelectorError};
-
-/// Secret data limit, counted on decoded bytes (as the apiserver does).
-pub const SECRET_DATA_LIMIT: usize = 1024 * 1024;
-
-/// Group, version and plural resource name: how the REST API addresses a collection.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Gvr {
-    /// API group, `""` for the core group.
-    pub group: String,
-    /// API version, e.g. `v1`.
-    pub version: String,
-    /// Plural resource name, e.g. `secrets`.
-    pub resource: String,
-}
-
-impl Gvr {
-    /// Builds a Gvr from its parts.
-    pub fn new(group: &str, version: &str, resource: &str) -> Gvr {
-        Gvr {
-            group: group.to_string(),
-            version: version.to_string(),
-            resource: resource.to_string(),
-        }
-    }
-
-    /// Core `v1` Secrets.
-    pub fn secrets() -> Gvr {
-        Gvr::new("", "v1", "secrets")
-    }
-
-    /// Eno Compositions.
-    pub fn compositions() -> Gvr {
-        Gvr::new("eno.azure.io", "v1", "compositions")
-    }
-
-    /// Eno ResourceSlices.
-    pub fn resource_slices() -> Gvr {
-        Gvr::new("eno.azure.io", "v1", "resourceslices")
-    }
-
-    /// tidemark EtcdMirrors (a later issue).
-    pub fn etcd_mirrors() -> Gvr {
-        Gvr::new("tidemark.dev", "v1alpha1", "etcdmirrors")
-    }
-
-    /// `apiVersion` as written in objects.
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-}
-
-/// What the model knows about a resource type beyond its address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TypeInfo {
-    /// Kind written into stored objects.
-    pub kind: String,
-    /// Whether `/status` is a separate subresource (main-endpoint writes keep status).
-    pub status_subresource: bool,
-    /// Whether objects carry metadata.generation (CRDs do; Secrets do not).
-    pub generation: bool,
-}
-
-/// Which part of an object a write addresses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subresource {
-    /// The object itself.
-    Main,
-    /// The `/status` subresource.
-    Status,
-}
-
-/// An apiserver error, mapped one to one onto a `kind: Status` failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApiError {
-    /// 404.
-    #[error("{resource} \"{name}\" not found")]
-    NotFound {
-        /// Plural resource.
-        resource: String,
-        /// Object name.
-        name: String,
-    },
-    /// 409 on create when the name exists.
-    #[error("{resource} \"{name}\" already exists")]
-    AlreadyExists {
-        /// Plural resource.
-        resource: String,
-        /// Object name.
-        name: String,
-    },
-    /// 409 on a stale resourceVersion or uid precondition.
-    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {message}")]
-    Conflict {
-        /// Plural resource.
-        resource: String,
-        /// Object name.
-        name: String,
-        /// Why.
-        message: String,
-    },
-    /// 422.
-    #[error("{kind} \"{name}\" is invalid: {message}")]
-    Invalid {
-        /// Kind of the object.
-        kind: String,
-        /// Object name.
-        name: String,
-        /// Field and reason.
-        message: String,
-    },
-    /// 400.
-    #[error("{0}")]
-    BadRequest(String),
-    /// 405.
-    #[error("{0}")]
-    MethodNotAllowed(String),
-    /// 500, only ever injected.
-    #[error("{0}")]
-    Internal(String),
-}
-
-impl ApiError {
-    /// HTTP status code.
-    pub fn code(&self) -> u16 {
-        match self {
-            ApiError::NotFound { .. } => 404,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
-            ApiError::Invalid { .. } => 422,
-            ApiError::BadRequest(_) => 400,
-            ApiError::MethodNotAllowed(_) => 405,
-            ApiError::Internal(_) => 500,
-        }
-    }
-
-    /// The `reason` field of the Status object.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            ApiError::NotFound { .. } => "NotFound",
-            ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
-            ApiError::Invalid { .. } => "Invalid",
-            ApiError::BadRequest(_) => "BadRequest",
-            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
-            ApiError::Internal(_) => "InternalError",
-        }
-    }
-
-    /// The `kind: Status` failure body the apiserver sends.
-    pub fn status(&self, group: &str) -> Value {
-        let details = match self {
-            ApiError::NotFound { resource, name }
-            | ApiError::AlreadyExists { resource, name }
-            | ApiError::Conflict { resource, name, .. } => {
-                json!({"name": name, "group": group, "kind": resource})
-            }
-            ApiError::Invalid {
-                kind,
-                name,
-                message,
-            } => json!({
-                "name": name, "group": group, "kind": kind,
-                "causes": [{"reason": "FieldValueInvalid", "message": message}]
-            }),
-            _ => json!({}),
-        };
-        json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.to_string(),
-            "reason": self.reason(),
-            "details": details,
-            "code": self.code(),
-        })
-    }
-
-    /// Whether this is a 404.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, ApiError::NotFound { .. })
-    }
-
-    /// Whether this is a 409 of either kind.
-    pub fn is_conflict(&self) -> bool {
-        matches!(
-            self,
-            ApiError::Conflict { .. } | ApiError::AlreadyExists { .. }
-        )
-    }
-}
-
-/// The operation a fault applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// GET of one object.
-    Get,
-    /// LIST of a collection.
-    List,
-    /// POST.
-    Create,
-    /// PUT.
-    Update,
-    /// PATCH.
-    Patch,
-    /// DELETE.
-    Delete,
-    /// Any of create, update, patch, delete.
-    AnyWrite,
-}
-
-impl Op {
-    fn covers(self, actual: Op) -> bool {
-        self == actual
-            || (self == Op::AnyWrite
-                && matches!(actual, Op::Create | Op::Update | Op::Patch | Op::Delete))
-    }
-}
-
-/// An injected failure: the next matching request fails with `error` instead of running.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fault {
-    /// Which operation.
-    pub op: Op,
-    /// Restricts to one resource type (plural name), if set.
-    pub resource: Option<String>,
-    /// Restricts to one object name, if set.
-    pub name: Option<String>,
-    /// What the request gets instead.
-    pub error: ApiError,
-}
-
-impl Fault {
-    /// The next write to `resource`/`name` answers 409 Conflict.
-    pub fn conflict_next_write(resource: &str, name: &str) -> Fault {
-        Fault {
-            op: Op::AnyWrite,
-            resource: Some(resource.to_string()),
-            name: Some(name.to_string()),
-            error: ApiError::Conflict {
-                resource: resource.to_string(),
-                name: name.to_string(),
-                message: "the object has been modified; please apply your changes to the latest version and try again".to_string(),
-            },
-        }
-    }
-}
-
-/// A watch event type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
-    /// Object created.
-    Added,
-    /// Object changed (including becoming terminating).
-    Modified,
-    /// Object removed.
-    Deleted,
-}
-
-impl EventType {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
-/// One entry of the watch log.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WatchEvent {
-    /// The resourceVersion this change produced.
-    pub rv: u64,
-    /// Which collection.
-    pub gvr: Gvr,
-    /// Namespace of the object.
-    pub namespace: String,
-    /// What happened.
-    pub kind: EventType,
-    /// The object after the change (before it, for Deleted).
-    pub object: Value,
-}
-
-/// A JSON patch operation (RFC 6902) as kube sends it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Patch {
-    /// `application/merge-patch+json` (RFC 7386).
-    Merge(Value),
-    /// `application/json-patch+json`.
-    Json(Vec<Value>),
-}
+pub use types::*;
 
 type Key = (Gvr, String, String);
 
 /// How many watch events the log keeps; older resourceVersions answer 410 Gone.
 const WATCH_LOG_LIMIT: usize = 100_000;
+
+/// Secret data limit, counted on decoded bytes (as the apiserver does).
+pub const SECRET_DATA_LIMIT: usize = 1024 * 1024;
 
 /// The model apiserver.
 #[derive(Debug, Clone)]
@@ -1102,40 +817,14 @@ fn normalize_secret(gvr: &Gvr, kind: &str, name: &str, obj: &mut Value) -> Resul
     Ok(())
 }
 
+/// The decoded length of a Secret's `data` value, or `None` if it is not standard base64
+/// (the apiserver rejects such a value).
 fn b64_decoded_len(s: &str) -> Option<usize> {
-    let b = s.as_bytes();
-    if !b.len().is_multiple_of(4) {
-        return None;
-    }
-    let ok = b
-        .iter()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='));
-    if !ok {
-        return None;
-    }
-    let pad = b.iter().rev().take_while(|&&c| c == b'=').count();
-    if pad > 2 {
-        return None;
-    }
-    Some(b.len() / 4 * 3 - pad)
+    B64.decode(s).ok().map(|v| v.len())
 }
 
 fn b64_encode(data: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
-    for chunk in data.chunks(3) {
-        let n = (u32::from(chunk[0]) << 16)
-            | (u32::from(*chunk.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*chunk.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(T[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    B64.encode(data)
 }
 
 /// Whether anything outside metadata and status changed.
@@ -1157,16 +846,6 @@ fn strip_rv(v: &Value) -> Value {
         m.remove("resourceVersion");
     }
     v
-}
-
-fn obj_mut(v: &mut Value) -> &mut Map<String, Value> {
-    if !v.is_object() {
-        *v = json!({});
-    }
-    match v {
-        Value::Object(m) => m,
-        _ => unreachable!("just made an object"),
-    }
 }
 
 fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
@@ -1196,161 +875,10 @@ pub fn string_map(v: &Value, field: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// RFC 7386 merge patch.
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            let t = obj_mut(target);
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
-fn unescape(token: &str) -> String {
-    token.replace("~1", "/").replace("~0", "~")
-}
-
-fn split_pointer(path: &str) -> Result<(String, String), String> {
-    if path.is_empty() {
-        return Err("cannot operate on the whole document".into());
-    }
-    let (parent, last) = path
-        .rsplit_once('/')
-        .ok_or_else(|| format!("invalid path {path}"))?;
-    Ok((parent.to_string(), unescape(last)))
-}
-
-fn pointer_mut<'a>(doc: &'a mut Value, path: &str) -> Option<&'a mut Value> {
-    if path.is_empty() {
-        return Some(doc);
-    }
-    let mut cur = doc;
-    for raw in path.strip_prefix('/')?.split('/') {
-        let t = unescape(raw);
-        cur = match cur {
-            Value::Object(m) => m.get_mut(&t)?,
-            Value::Array(a) => a.get_mut(t.parse::<usize>().ok()?)?,
-            _ => return None,
-        };
-    }
-    Some(cur)
-}
-
-fn add_at(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
-    let (parent, last) = split_pointer(path)?;
-    match pointer_mut(doc, &parent) {
-        Some(Value::Object(m)) => {
-            m.insert(last, value);
-            Ok(())
-        }
-        Some(Value::Array(a)) => {
-            if last == "-" {
-                a.push(value);
-                return Ok(());
-            }
-            let i: usize = last.parse().map_err(|_| format!("bad index in {path}"))?;
-            if i > a.len() {
-                return Err(format!("index out of range in {path}"));
-            }
-            a.insert(i, value);
-            Ok(())
-        }
-        _ => Err(format!("missing parent for {path}")),
-    }
-}
-
-fn remove_at(doc: &mut Value, path: &str) -> Result<Value, String> {
-    let (parent, last) = split_pointer(path)?;
-    match pointer_mut(doc, &parent) {
-        Some(Value::Object(m)) => m.remove(&last).ok_or_else(|| format!("missing {path}")),
-        Some(Value::Array(a)) => {
-            let i: usize = last.parse().map_err(|_| format!("bad index in {path}"))?;
-            if i >= a.len() {
-                return Err(format!("index out of range in {path}"));
-            }
-            Ok(a.remove(i))
-        }
-        _ => Err(format!("missing parent for {path}")),
-    }
-}
-
-/// RFC 6902 JSON patch: add, remove, replace, move, copy, test.
-pub fn json_patch(doc: &Value, ops: &[Value]) -> Result<Value, String> {
-    let mut out = doc.clone();
-    for op in ops {
-        let kind = op.get("op").and_then(Value::as_str).unwrap_or("");
-        let path = op
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or("operation without path")?;
-        let value = || op.get("value").cloned().ok_or("operation without value");
-        let from = || {
-            op.get("from")
-                .and_then(Value::as_str)
-                .ok_or("operation without from")
-        };
-        match kind {
-            "add" => add_at(&mut out, path, value()?)?,
-            "remove" => {
-                remove_at(&mut out, path)?;
-            }
-            "replace" => {
-                let slot = pointer_mut(&mut out, path).ok_or(format!("missing {path}"))?;
-                *slot = value()?;
-            }
-            "move" => {
-                let v = remove_at(&mut out, from()?)?;
-                add_at(&mut out, path, v)?;
-            }
-            "copy" => {
-                let v = out.pointer(from()?).cloned().ok_or("missing from")?;
-                add_at(&mut out, path, v)?;
-            }
-            "test" => {
-                if out.pointer(path) != Some(&value()?) {
-                    return Err(format!("test failed at {path}"));
-                }
-            }
-            other => return Err(format!("unknown op {other:?}")),
-        }
-    }
-    Ok(out)
-}
-
 /// Formats an [`Instant`] (nanoseconds since the Unix epoch) as RFC 3339 with second
 /// precision, as metav1.Time serialises.
 pub fn rfc3339(now: Instant) -> String {
-    let secs = now.as_nanos() / 1_000_000_000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    Timestamp::from_unix_nanos(i128::from(now.as_nanos())).format_rfc3339_secs()
 }
 
 #[cfg(test)]

@@ -27,15 +27,17 @@
 //!   (`v3rpc/watch.go`, `rpctypes.ErrGRPCNoLeader`, Unavailable).
 
 pub mod store;
+pub mod txn;
 
 pub use store::{Mutation, Store};
+pub use txn::{apply_txn, check_txn, txn_size};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use store::{in_range, StoreError};
 use tidemark_core::classify::{classify, Code, Failure};
 use tidemark_core::etcd::{
-    Command, CompareTarget, Event, EventKind, Reply, StatusReply, TxnOp, TxnReply, TxnRequest,
-    WatchEvent, WatchRequest,
+    Command, Event, EventKind, Reply, StatusReply, TxnOp, TxnReply, TxnRequest, WatchEvent,
+    WatchRequest,
 };
 
 /// etcd's default `--max-txn-ops`.
@@ -215,20 +217,10 @@ impl EtcdCluster {
         }
     }
 
-    /// Validates and applies a Txn.
+    /// Validates and applies a Txn: etcd's request checks, then the cluster's conditions,
+    /// then the compares and the branch.
     pub fn txn(&mut self, t: &TxnRequest, out: &mut Vec<WatchOut>) -> Result<TxnReply, Failure> {
-        if t.compares.len() > MAX_TXN_OPS
-            || t.success.len() > MAX_TXN_OPS
-            || t.failure.len() > MAX_TXN_OPS
-        {
-            return Err(fail(Code::InvalidArgument, msg::TOO_MANY_OPS));
-        }
-        if has_overlap(&t.success) || has_overlap(&t.failure) {
-            return Err(fail(Code::InvalidArgument, msg::DUPLICATE_KEY));
-        }
-        if txn_size(t) > MAX_REQUEST_BYTES {
-            return Err(fail(Code::InvalidArgument, msg::TOO_LARGE));
-        }
+        check_txn(t)?;
         if self.cond.throttled {
             return Err(fail(Code::ResourceExhausted, msg::TOO_MANY_REQUESTS));
         }
@@ -236,45 +228,13 @@ impl EtcdCluster {
         if self.cond.no_space_alarm && (costs(&t.success) || costs(&t.failure)) {
             return Err(fail(Code::ResourceExhausted, msg::NO_SPACE));
         }
-        let ok = t.compares.iter().all(|c| {
-            let kv = self.store.get(&c.key);
-            let actual = match c.target {
-                CompareTarget::ModRevision => kv.map_or(0, |k| k.mod_revision),
-                CompareTarget::CreateRevision => kv.map_or(0, |k| k.create_revision),
-                CompareTarget::Version => kv.map_or(0, |k| k.version),
-                // etcd fails a value compare on a missing key (no value to compare).
-                CompareTarget::Value => return kv.is_some_and(|k| k.value == c.bytes),
-            };
-            actual == c.value
-        });
-        let branch = if ok { &t.success } else { &t.failure };
-        let mut reads = Vec::new();
-        let mut muts = Vec::new();
-        // Gets in the branch read the state before the branch's writes; the core only uses
-        // them in a write-free failure branch, where both readings agree.
-        for op in branch {
-            match op {
-                TxnOp::Put { key, value } => muts.push(Mutation::Put {
-                    key: key.clone(),
-                    value: value.clone(),
-                    lease: 0,
-                }),
-                TxnOp::Delete { key, range_end } => muts.push(Mutation::DeleteRange {
-                    key: key.clone(),
-                    end: range_end.clone(),
-                }),
-                TxnOp::Get { key } => reads.push(self.store.get(key).cloned()),
-            }
-        }
-        if !self.store.write(&muts).is_empty() {
-            let rev = self.store.rev();
+        let before = self.store.rev();
+        let reply = apply_txn(&mut self.store, t);
+        let rev = self.store.rev();
+        if rev != before {
             notify(&mut self.watchers, rev, self.store.events_at(rev), out);
         }
-        Ok(TxnReply {
-            succeeded: ok,
-            header_revision: self.store.rev(),
-            reads,
-        })
+        Ok(reply)
     }
 
     /// A write that does not come through a command (the source workload).
@@ -525,40 +485,10 @@ pub fn store_err(e: StoreError) -> Failure {
     }
 }
 
-/// `checkIntervals`: a put key twice, or a put inside a deleted range, in one branch.
-fn has_overlap(ops: &[TxnOp]) -> bool {
-    let mut puts: BTreeSet<&[u8]> = BTreeSet::new();
-    let mut dels: Vec<(&[u8], &[u8])> = Vec::new();
-    for op in ops {
-        match op {
-            TxnOp::Put { key, .. } => {
-                if !puts.insert(key) {
-                    return true;
-                }
-            }
-            TxnOp::Delete { key, range_end } => dels.push((key, range_end)),
-            TxnOp::Get { .. } => {}
-        }
-    }
-    puts.iter()
-        .any(|p| dels.iter().any(|(k, e)| in_range(p, k, e)))
-}
-
-/// Request size as the server counts it (protobuf payload, close enough to the limit).
-pub fn txn_size(t: &TxnRequest) -> usize {
-    let ops: usize = t
-        .success
-        .iter()
-        .chain(&t.failure)
-        .map(|o| o.wire_size())
-        .sum();
-    ops + t.compares.iter().map(|c| c.key.len() + 16).sum::<usize>()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidemark_core::etcd::Compare;
+    use tidemark_core::etcd::{Compare, CompareTarget};
 
     fn put(k: &str) -> TxnOp {
         TxnOp::Put {

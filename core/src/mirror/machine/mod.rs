@@ -527,6 +527,21 @@ impl Mirror {
     }
 }
 
+impl crate::contract::Machine for Mirror {
+    type Input = Input;
+    type Output = Output;
+    type Status = Status;
+    fn handle_input(&mut self, now: Instant, input: Input) {
+        Mirror::handle_input(self, now, input)
+    }
+    fn poll_output(&mut self, now: Instant) -> Output {
+        Mirror::poll_output(self, now)
+    }
+    fn status(&self) -> &Status {
+        Mirror::status(self)
+    }
+}
+
 /// The smallest key after `k`.
 fn next_key(mut k: Vec<u8>) -> Vec<u8> {
     k.push(0);

@@ -1,0 +1,25 @@
+//! Conversions between etcd-client's types and the core's, shared by the unary executor and
+//! the watch streams.
+
+use tidemark_core::etcd::KeyValue;
+
+/// etcd rejects an empty key; "from the first key" is spelled `\0`.
+pub(crate) fn etcd_key(key: &[u8], range_end: &[u8]) -> Vec<u8> {
+    if key.is_empty() && !range_end.is_empty() {
+        vec![0]
+    } else {
+        key.to_vec()
+    }
+}
+
+/// The core's key-value for an etcd-client one.
+pub fn kv_from(kv: &etcd_client::KeyValue) -> KeyValue {
+    KeyValue {
+        key: kv.key().to_vec(),
+        value: kv.value().to_vec(),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+        version: kv.version(),
+        lease: kv.lease(),
+    }
+}
