@@ -49,6 +49,11 @@ N_WAN="${N_WAN:-$N}"
 WAN_RAW_N="${WAN_RAW_N:-$((N_WAN < 50000 ? N_WAN : 50000))}"
 GENESIS_TIMEOUT="${GENESIS_TIMEOUT:-3600}"  # seconds, per genesis
 SYNC_EXTRA="${SYNC_EXTRA:-}"     # extra `sync:` settings, YAML flow syntax
+# Ops per Txn on the WAN target: its --max-txn-ops and the WAN mirror's sync.maxTxnOps
+# (default: OPS + 1, etcd's default of 128). Across a long round trip one Txn carries what
+# arrives during one RTT; at 20k keys/s and 50 ms that is 1,000 keys, so a target tuned for a
+# distant mirror raises both (e.g. WAN_MAX_TXN_OPS=2048).
+WAN_MAX_TXN_OPS="${WAN_MAX_TXN_OPS:-$((OPS + 1))}"
 OUT="${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench.json}"
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -92,15 +97,16 @@ free_port() {
 # start_etcd NAME VAR: starts etcd NAME and sets VAR to its client URL. Not run in $(...):
 # the pid must reach PIDS in this shell for the trap to kill it.
 declare -A ETCD_PID
-start_etcd() {
+start_etcd() { # NAME VAR [EXTRA_FLAG...]
   local name="$1" var="$2" cport pport url
+  shift 2
   cport="$(free_port)"; pport="$(free_port)"
   "$ETCD" --name "$name" --data-dir "$WORK/$name" \
     --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
     --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
     --initial-cluster "$name=http://127.0.0.1:$pport" --logger zap --log-level error \
     --quota-backend-bytes $((8 * 1024 * 1024 * 1024)) \
-    --experimental-watch-progress-notify-interval 1s \
+    --experimental-watch-progress-notify-interval 1s "$@" \
     >"$WORK/$name.log" 2>&1 &
   PIDS+=($!)
   ETCD_PID[$name]=$!
@@ -139,7 +145,7 @@ start_mirror() {
 source: {endpointList: ["$2"], prefix: $3}
 target: {endpointList: ["$4"], prefix: $5}
 initialSync: {mode: RequireEmpty}
-sync: {maxTxnOps: $((OPS + 1)), progressInterval: 1s${SYNC_EXTRA:+, $SYNC_EXTRA}}
+sync: {maxTxnOps: ${MIRROR_TXN_OPS:-$((OPS + 1))}, progressInterval: 1s${SYNC_EXTRA:+, $SYNC_EXTRA}}
 EOF
   ADMIN="127.0.0.1:$(free_port)"
   T0="$(date +%s.%N)"
@@ -321,8 +327,8 @@ LAT_ERRORS="$(( $(json "$WORK/lat-base.json" errors) + $(json "$WORK/lat-gen.jso
 LAT_RATIO="$(ratio "$LAT_GEN_P99" "$LAT_BASE_P99")"
 
 if [ "$WAN" = 1 ]; then
-  say "(g) WAN: a fresh target etcd behind a ${RTT_MS} ms RTT delay line"
-  start_etcd target-wan TGTW
+  say "(g) WAN: a fresh target etcd (--max-txn-ops $WAN_MAX_TXN_OPS) behind a ${RTT_MS} ms RTT delay line"
+  start_etcd target-wan TGTW --max-txn-ops "$WAN_MAX_TXN_OPS"
   start_proxy "$TGTW"
 
   say "(g) raw ingest through the delay line: $WAN_RAW_N keys, one Txn in flight"
@@ -338,7 +344,7 @@ if [ "$WAN" = 1 ]; then
   "$BENCH" load --endpoint "$SRC" --prefix /wan/k --count "$N_WAN" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 4 >"$WORK/seed-wan.json"
 
   say "(g) tidemark genesis of $N_WAN keys through the delay line"
-  start_mirror wan "$SRC" /wan/ "$PROXY" /mirror/
+  MIRROR_TXN_OPS="$WAN_MAX_TXN_OPS" start_mirror wan "$SRC" /wan/ "$PROXY" /mirror/
   wait_genesis wan
   WGEN_SECS="$GEN_SECS"
   WGEN_RATE="$(calc "$N_WAN / $WGEN_SECS")"
@@ -365,7 +371,7 @@ wan_json() {
   if [ "$WAN" != 1 ]; then printf null; return; fi
   cat <<EOF
 {
-    "rttMs": $RTT_MS, "n": $N_WAN, "rawKeys": $WAN_RAW_N,
+    "rttMs": $RTT_MS, "maxTxnOps": $WAN_MAX_TXN_OPS, "n": $N_WAN, "rawKeys": $WAN_RAW_N,
     "rawIngestKeysPerSecond": $(f0 "$WRAW_RATE"),
     "rawIngestKeysPerSecondExpected": $(f0 "$WRAW_EXPECT"),
     "rawIngestDepthKeysPerSecond": $(f0 "$WRAW_DEPTH_RATE"),
