@@ -201,6 +201,9 @@ pub struct World {
     paused_any: bool,
     /// Source restores: the histories and what each agent knows of them.
     pub restores: Restores,
+    /// Each process's holder nonce, by (agent, incarnation): an unfenced write (a genesis
+    /// page) is judged by who sent it, even after that process died.
+    holders: BTreeMap<(u32, u32), String>,
     /// The operator restarted the link abandoning its checkpoint after a restore.
     abandoned: bool,
     /// Drains that show no progress must say why (see [`crate::drain_watch`]).
@@ -269,6 +272,7 @@ impl World {
             target_revs: Vec::new(),
             paused_any: false,
             restores: Restores::default(),
+            holders: BTreeMap::new(),
             abandoned: false,
             drain_watch: DrainWatch::default(),
             opts: o,
@@ -1127,6 +1131,8 @@ impl World {
             let out = r.poll_output(now);
             if a.holder.is_empty() {
                 a.holder = r.status().holder.clone();
+                self.holders
+                    .insert((agent, a.incarnation), a.holder.clone());
             }
             self.trace.record(self.now, agent, "out", &out);
             if self.verbose && !matches!(out, Output::Timeout(t) if t.0 > self.now) {
@@ -1729,6 +1735,7 @@ impl World {
                 delete_orphans: cfg.reconciliation.delete_orphans,
                 epoch: basis,
                 abandon: cfg.initial_sync.abandon_watermark,
+                holder: self.holders.get(&(agent, inc)).cloned().unwrap_or_default(),
             };
             if basis < self.restores.epoch {
                 self.coverage.mark("restore.commit_judged_in_old_history");

@@ -20,6 +20,7 @@ mod genesis;
 mod history;
 mod inputs;
 mod modscan;
+mod pages;
 mod pipeline;
 mod plumbing;
 mod reconcile;
@@ -50,6 +51,7 @@ use drain_watch::DrainWatch;
 pub use drain_watch::{DRAIN_PROGRESSING, DRAIN_STALL_AFTER};
 use history::History;
 use modscan::ModScan;
+use pages::Pages;
 use pipeline::{Break, Link};
 use reconcile::{Pass, PassPurpose};
 
@@ -79,6 +81,12 @@ enum Job {
     ProbeMaxModRevision(u64),
     SweepPage(u64),
     Commit(Box<Commit>),
+    /// A genesis page Txn (see `pages.rs`): its slot, and the fence revision it compared.
+    Page {
+        slot: u64,
+        base: i64,
+        sent: Instant,
+    },
     /// Re-reading the fence after a commit whose outcome is unknown.
     ResolveUnknown(Box<Commit>),
     /// Re-reading the fence after a broken chain left some outcome unknown.
@@ -188,6 +196,9 @@ enum FenceWhy {
         rev: i64,
     },
     QuotaProbe,
+    /// Move the scan cursor over the genesis pages applied since the last one (written
+    /// with no page in flight; see `pages.rs`).
+    ScanAdvance,
     /// Flip the role to Primary: the cut-over.
     Cutover,
 }
@@ -338,6 +349,11 @@ pub struct Mirror {
     depth: usize,
     /// Smoothed commit round trip.
     commit_rtt: Option<Duration>,
+    /// Whether `fence_rev` is the exact mod revision of `fence_bytes` (a write proven only
+    /// by a later Txn's success leaves it unknown). Genesis pages compare it.
+    fence_rev_exact: bool,
+    /// Genesis pages sent since the durable cursor (see `pages.rs`).
+    pages: Pages,
 
     backoff: Backoff,
     throttle: Backoff,
@@ -422,6 +438,8 @@ impl Mirror {
             broken: None,
             depth: 1,
             commit_rtt: None,
+            fence_rev_exact: false,
+            pages: Pages::default(),
             backoff: Backoff::new(b.initial_delay, b.max_delay),
             throttle: Backoff::throttled(b.initial_delay, b.max_delay),
             pacer: Pacer::new(s.max_ops_per_second),

@@ -54,7 +54,7 @@ const TARGET_TXN_COST: Duration = Duration::from_millis(2);
 impl Mirror {
     /// Whether any fenced write is in flight or being resolved.
     pub(super) fn committing(&self) -> bool {
-        !self.chain.is_empty() || self.resolving
+        !self.chain.is_empty() || self.resolving || self.pages.in_flight() > 0
     }
 
     /// How many Txns may be in flight: the configured limit, the round trip's needs, and
@@ -79,7 +79,8 @@ impl Mirror {
     /// their own watermark, which only holds while nothing is written ahead of them.
     pub(super) fn chainable(&self, work: &Work) -> bool {
         match work {
-            Work::Scan { .. } => true,
+            // Order-free pages bypass the chain (`pages.rs`).
+            Work::Scan { .. } => !self.pages_commute(),
             Work::Tail(_) => self.stage == Stage::Tail,
             _ => false,
         }
@@ -259,6 +260,7 @@ impl Mirror {
 
     /// Forgets every Txn in flight: their replies are ignored from now on.
     pub(super) fn abandon_chain(&mut self) {
+        self.pages.clear();
         self.chain.clear();
         self.chain_tip = None;
         self.depth = 1;
@@ -367,6 +369,7 @@ impl Mirror {
                     // is where we are, and it is resumed from like a restart.
                     self.fence_bytes = kv.value.clone();
                     self.fence_rev = kv.mod_revision;
+                    self.fence_rev_exact = true;
                     self.status.own_late_writes_adopted += 1;
                     self.status.last_applied_revision =
                         self.status.last_applied_revision.max(rec.watermark);
