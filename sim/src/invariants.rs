@@ -423,8 +423,7 @@ impl Checker {
                 ),
             ));
         };
-        if !who.holder.is_empty() && (self.lost.contains(&who.holder) || who.holder != f.holder)
-        {
+        if !who.holder.is_empty() && (self.lost.contains(&who.holder) || who.holder != f.holder) {
             return Err(v(
                 "b-lost-holder",
                 now,

@@ -1510,6 +1510,17 @@ impl World {
             );
             return;
         }
+        let mut cmd = cmd;
+        if let Command::Txn(t) = &mut cmd {
+            // Before the network decides the request's fate: a page that arrives late goes
+            // without its compare too.
+            if self.opts.faulty == Some(FaultyMode::UnfencedPages)
+                && is_page(t, &self.checker.oracle.fence_key)
+            {
+                t.compares.clear();
+                self.coverage.mark("faulty.page_compare_dropped");
+            }
+        }
         let mut deadline_at = None;
         let n = &self.net[ni(side)];
         if is_unary && n.timeouts_until > self.now && self.rng.below(100) < u64::from(n.timeout_pct)
@@ -1658,6 +1669,9 @@ impl World {
         }
         if late {
             self.coverage.mark("net.late_apply_arrived");
+            if matches!(&cmd, Command::Txn(t) if is_page(t, &self.checker.oracle.fence_key)) {
+                self.coverage.mark("page.late_apply_arrived");
+            }
             self.route(out);
             return;
         }
@@ -1724,6 +1738,13 @@ impl World {
         let r = self.target.txn(t, out)?;
         if !r.succeeded {
             self.coverage.mark("model.txn_compare_failed");
+        }
+        if is_page(t, &self.checker.oracle.fence_key) {
+            self.coverage.mark(if r.succeeded {
+                "page.applied"
+            } else {
+                "page.compare_failed"
+            });
         }
         if self.target.store.rev() != before {
             let ops = if r.succeeded { &t.success } else { &t.failure };
@@ -1982,4 +2003,13 @@ fn elide(v: &mut serde_json::Value) {
         serde_json::Value::Array(a) => a.iter_mut().for_each(elide),
         _ => {}
     }
+}
+
+/// Whether a target Txn is a genesis page: it writes data but not the fence.
+fn is_page(t: &TxnRequest, fence_key: &[u8]) -> bool {
+    !t.success.is_empty()
+        && !t
+            .success
+            .iter()
+            .any(|op| matches!(op, TxnOp::Put { key, .. } if key.as_slice() == fence_key))
 }

@@ -355,7 +355,11 @@ impl Mirror {
                     .and_then(|r| r.scan.as_ref())
                     .is_some_and(|s| s.scanned);
                 if scanned {
-                    if self.gen.as_ref().is_some_and(|g| g.step == GenStep::Scanning) {
+                    if self
+                        .gen
+                        .as_ref()
+                        .is_some_and(|g| g.step == GenStep::Scanning)
+                    {
                         self.scan_complete(now);
                     }
                 } else {

@@ -126,7 +126,8 @@ impl Mirror {
             || other
             || p.slots.len() >= ADVANCE_PAGES as usize
             || p.bytes >= ADVANCE_BYTES
-            || p.since.is_some_and(|t| now.saturating_duration_since(t) >= ADVANCE_EVERY)
+            || p.since
+                .is_some_and(|t| now.saturating_duration_since(t) >= ADVANCE_EVERY)
     }
 
     /// Whether one more page may be in flight.
@@ -438,11 +439,12 @@ impl Mirror {
     pub(super) fn advance_record(&self, rec: &mut Checkpoint) {
         let Some(s) = rec.scan.as_mut() else { return };
         if let Some(Slot {
-            work: Work::Scan {
-                cursor_after,
-                scanned,
-                ..
-            },
+            work:
+                Work::Scan {
+                    cursor_after,
+                    scanned,
+                    ..
+                },
             ..
         }) = self.pages.slots.back()
         {
