@@ -141,8 +141,10 @@ impl Harness {
                     self.source_ids.insert(*id);
                 }
                 if let Command::Txn(t) = cmd {
-                    if let Some(TxnOp::Put { value, .. }) = t.success.last() {
-                        self.txn_fences.insert(*id, value.clone());
+                    if let Some(TxnOp::Put { key, value }) = t.success.last() {
+                        if key == FENCE {
+                            self.txn_fences.insert(*id, value.clone());
+                        }
                     }
                 }
             }
