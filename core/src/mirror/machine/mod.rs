@@ -6,11 +6,12 @@
 //! decision lives here; the driver only runs the commands this emits.
 //!
 //! Internally the machine is a set of small flows (connect, fence, genesis, tail, park)
-//! that all end in one commit pipeline. Scan and tail Txns are pipelined: each compares
-//! the fence's value with the record the Txn before it installs, so whatever order they
-//! reach the server in, they apply as a chain or not at all (see `pipeline.rs`). Writes
-//! that change what the fence means run alone, and a lost reply is resolved by re-reading
-//! the fence.
+//! that all end in one commit pipeline. Tail Txns are pipelined: each compares the fence's
+//! value with the record the Txn before it installs, so whatever order they reach the
+//! server in, they apply as a chain or not at all (see `pipeline.rs`). Genesis pages need
+//! no order: they compare the fence's mod revision and apply in any order, and fence writes
+//! of their own record the cursor (see `pages.rs`). Writes that change what the fence means
+//! run alone, and a lost reply is resolved by re-reading the fence.
 
 mod commit;
 mod connect;

@@ -1,4 +1,6 @@
-//! The commit chain: up to `depth` fenced Txns in flight, acted on in chain order.
+//! The commit chain: up to `depth` fenced Txns in flight, acted on in chain order. It
+//! carries the tail, and the genesis scan of a source whose progress notifications are not
+//! trusted; other scans write order-free pages (`pages.rs`).
 //!
 //! Every record carries a sequence number no earlier record of the link had, and each
 //! Txn compares the fence's value with the record the Txn before it installs. A Txn can
