@@ -1563,7 +1563,6 @@ impl World {
                 return;
             }
         }
-        let mut cmd = cmd;
         if let Command::Txn(t) = &mut cmd {
             if self.opts.faulty == Some(FaultyMode::DropFenceCompare) && !t.compares.is_empty() {
                 t.compares.clear();
