@@ -14,7 +14,9 @@
 #       keys/s in TAIL_OPS-op Txns (lag observed on the target directly)
 # For every mirror run it also reports, from the agent's /statusz when present,
 # sourceKeysWalked / sourceKeysReturned, chainBreaks, chainReorders (Txns sent again for
-# arriving before their predecessor), appliedTxns and readerStallSeconds ("n/a" if absent).
+# arriving before their predecessor), pageResends (genesis pages sent again after an unknown
+# outcome), scanCursorWrites (fence writes that record the order-free pages), appliedTxns and
+# readerStallSeconds ("n/a" if absent).
 # Prints tables and writes JSON (default target/bench.json, or $OUT). Exits 1 (after
 # printing) when a mirror's target did not verify equal to its source.
 #
@@ -212,7 +214,7 @@ f2() { if num "${1:-}"; then printf '%.2f' "$1"; else printf null; fi; }
 t0() { if num "${1:-}"; then printf '%.0f' "$1"; else printf 'n/a'; fi; }
 t2() { if num "${1:-}"; then printf '%.2f' "$1"; else printf 'n/a'; fi; }
 
-STATUS_FIELDS=(sourceKeysWalked sourceKeysReturned chainBreaks chainReorders appliedTxns readerStallSeconds)
+STATUS_FIELDS=(sourceKeysWalked sourceKeysReturned chainBreaks chainReorders pageResends scanCursorWrites appliedTxns readerStallSeconds)
 
 # collect_mirror TAG: the agent's /statusz fields and peak RSS, into TAG_<field> variables,
 # then stops the agent.

@@ -235,17 +235,20 @@ fn compaction_in_tail_forces_resync_with_prune_and_latches_loop() {
         Ok(range(600, vec![kv(b"/app/a", b"9", 550)], false)),
     );
     // The page was bounded: the scan reads on (answered empty) while the keys are written.
+    // A page: fenced by the revision of the write that started this genesis.
     let (id, cmd) = scan_on_to_txn(&mut h);
     assert_eq!(data_ops(&cmd), vec![put(b"/mirror/a", b"9")]);
+    assert!(is_page(&cmd));
+    assert_eq!(compare_of(&cmd), (CompareTarget::ModRevision, 20));
+    h.done(id, Ok(txn_ok(21)));
+    // The rest of the range is empty: one cursor-only Txn records the scan complete.
+    let (id, cmd) = scan_on_to_txn(&mut h);
+    assert!(data_ops(&cmd).is_empty() && fence_of(&cmd).scan.is_some_and(|s| s.scanned));
     assert_eq!(
         fence_of(&cmd).prune_floor,
         20,
         "the floor is the revision of the write that started this genesis"
     );
-    h.done(id, Ok(txn_ok(21)));
-    // The rest of the range is empty: one cursor-only Txn records the scan complete.
-    let (id, cmd) = scan_on_to_txn(&mut h);
-    assert!(data_ops(&cmd).is_empty() && fence_of(&cmd).scan.is_some_and(|s| s.scanned));
     h.done(id, Ok(txn_ok(21)));
     // Mark and sweep: bounded keys-only target pages; keys below the floor were not seen.
     let target = vec![
@@ -749,12 +752,13 @@ fn same_seed_same_inputs_same_outputs() {
     );
 }
 
-#[test]
-fn scan_prefetches_the_next_page_and_records_a_cursor_per_txn() {
+/// Reads the first page of three keys (page limit 3) on a source of `version` and returns
+/// the Txn that writes it, checking that the next page's read goes out with it.
+fn first_scan_txn(version: &str) -> Command {
     let mut cfg = config(InitialSyncMode::Overwrite);
     cfg.sync.page_key_limit = 3;
     let mut h = Harness::new(cfg, 24);
-    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    answer_probes(&mut h, (version, 1, 100), (version, 2, 5));
     let (id, _) = one(h.drain());
     h.done(id, Ok(range(5, vec![], false)));
     let (id, _) = one(h.drain());
@@ -809,8 +813,25 @@ fn scan_prefetches_the_next_page_and_records_a_cursor_per_txn() {
         b"/app/c\0".to_vec(),
         "the next page starts after the last key read"
     );
-    let rec = fence_of(&txn.1);
-    let scan = rec.scan.unwrap();
+    txn.1
+}
+
+#[test]
+fn scan_prefetches_the_next_page_and_writes_pages_under_the_fence_revision() {
+    // Trusted progress: the page only compares the fence's mod revision (the scan start's);
+    // the cursor moves later, by a fence write of its own.
+    let txn = first_scan_txn("3.5.13");
+    assert!(is_page(&txn));
+    assert_eq!(compare_of(&txn), (CompareTarget::ModRevision, 11));
+    assert_eq!(data_ops(&txn).len(), 3);
+}
+
+#[test]
+fn on_an_untrusted_source_each_page_records_its_cursor() {
+    // The quiet-range proof needs `smax` to cover every value written, so pages chain.
+    let txn = first_scan_txn("3.5.12");
+    assert!(!is_page(&txn));
+    let scan = fence_of(&txn).scan.unwrap();
     assert_eq!((scan.base, scan.scanned), (100, false));
     assert_eq!(
         scan.cursor,

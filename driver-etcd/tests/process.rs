@@ -30,10 +30,14 @@ async fn kill_during_genesis(v: V) {
     let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
     cfg.sync.page_key_limit = 100;
     cfg.sync.max_txn_ops = 64;
-    cfg.sync.max_ops_per_second = 2000;
+    // Slow enough (about 13 s) that order-free pages (a source with trusted progress
+    // notifications) see a cursor write (every 10 s at most) before the kill, with pages
+    // past it in flight or applied: the restart resumes from the cursor and puts them again.
+    cfg.sync.max_ops_per_second = 300;
     let mut a = Proc::start(&cfg, dir.path(), "a");
-    a.wait("genesis under way", 20 * SEC, |s| {
+    a.wait("genesis under way, its cursor recorded", 30 * SEC, |s| {
         num(s, "initialSyncCopiedKeyCount") >= 600
+            && (s["progressTrusted"] == false || num(s, "scanCursorWrites") >= 1)
     })
     .await;
     a.kill();

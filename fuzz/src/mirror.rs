@@ -11,10 +11,11 @@
 //! In *chaos* mode the fuzzer may also answer with arbitrary replies and failures of any
 //! kind; there only safety-by-construction is checked. Properties:
 //! - nothing panics, and `poll_output` always reaches `Timeout`/`Stopped` (no livelock);
-//! - every `Command::Txn` carries exactly one compare, on the fence key (`ModRevision`, or
-//!   `CreateRevision == 0`), ends its success branch with a Put of the fence key whose value
-//!   is a valid checkpoint of this agent, touches the fence nowhere else, writes only inside
-//!   the mirrored target window, and its failure branch only reads;
+//! - every `Command::Txn` carries exactly one compare, on the fence key (`ModRevision`,
+//!   `CreateRevision == 0`, or the value of a record), ends its success branch with a Put of
+//!   the fence key whose value is a valid checkpoint of this agent, touches the fence
+//!   nowhere else, writes only inside the mirrored target window, and its failure branch
+//!   only reads; a genesis page (a `ModRevision` compare) instead only puts window keys;
 //! - the core never writes to the source;
 //! - in honest mode (the model never lies), whenever the fence says `watermark = W` with no
 //!   split and no scan, the target window equals the source range at `W`, rewritten (in
@@ -298,6 +299,29 @@ impl World {
                 Checkpoint::decode(&c.bytes).is_ok() || self.chaos,
                 "Value compare against bytes that are not a checkpoint"
             ),
+        }
+        let page = c.target == CompareTarget::ModRevision
+            && !t.success.iter().any(|op| op.key() == self.fence.as_slice());
+        if page {
+            // A genesis page (docs/design.md, "Pipelined commits"): fenced by the fence's
+            // mod revision, it only puts keys of the window and leaves the fence alone.
+            for op in &t.success {
+                let TxnOp::Put { key, .. } = op else {
+                    panic!("a page Txn does more than put: {op:?}");
+                };
+                assert!(
+                    self.in_window(key),
+                    "page write outside the window: {:?}",
+                    String::from_utf8_lossy(key)
+                );
+            }
+            for op in &t.failure {
+                assert!(
+                    matches!(op, TxnOp::Get { .. }),
+                    "the failure branch writes: {op:?}"
+                );
+            }
+            return;
         }
         let Some(TxnOp::Put { key, value }) = t.success.last() else {
             panic!("success branch does not end with a Put: {t:?}");

@@ -72,6 +72,8 @@ pub struct Issuer {
     pub epoch: u32,
     /// `initialSync.abandonWatermark` of the issuing agent.
     pub abandon: Option<i64>,
+    /// The issuing process's holder nonce (empty when not yet known).
+    pub holder: String,
 }
 
 /// Drift injected into the target range behind the mirror's back.
@@ -333,11 +335,7 @@ impl Checker {
             _ => None,
         });
         let Some(fence_bytes) = fence_bytes else {
-            return Err(v(
-                "b-fence",
-                now,
-                format!("agent {} committed a write without a fence put", who.agent),
-            ));
+            return self.on_unfenced(now, who, ops, source, target);
         };
         let Some(f) = Fence::parse(&fence_bytes) else {
             return Err(v("b-fence", now, "fence record does not parse".into()));
@@ -387,6 +385,67 @@ impl Checker {
             let s = self.settled.entry(who.epoch).or_default();
             *s = (*s).max(f.watermark);
         }
+        self.data_written(now, who, ops)?;
+        if f.role == "Primary" && self.primary_at.is_none() {
+            self.primary_at = Some(now);
+            self.primary_epoch = who.epoch;
+        }
+        self.fence = Some(f.clone());
+        for e in target.events_at(target.rev()) {
+            self.dirty.insert(e.kv.key.clone());
+        }
+        // (a) watermark invariant. Watermark 0 promises nothing: no revision was mirrored.
+        if f.settled() && f.watermark > 0 {
+            self.check_incremental(now, who.epoch, f.watermark, source, target)?;
+        }
+        Ok(())
+    }
+
+    /// A write without a fence put: a genesis page, which compares the fence's mod revision
+    /// instead (see docs/design.md, "Pipelined commits"). It is the issuer's only if the
+    /// fence is, so it must not come from a holder that lost the fence; and it must leave
+    /// a settled fence's promise true.
+    fn on_unfenced(
+        &mut self,
+        now: u64,
+        who: &Issuer,
+        ops: &[TxnOp],
+        source: &Store,
+        target: &Store,
+    ) -> Result<(), Violation> {
+        let Some(f) = self.fence.clone() else {
+            return Err(v(
+                "b-fence",
+                now,
+                format!(
+                    "agent {} wrote data into a target without a fence",
+                    who.agent
+                ),
+            ));
+        };
+        if !who.holder.is_empty() && (self.lost.contains(&who.holder) || who.holder != f.holder) {
+            return Err(v(
+                "b-lost-holder",
+                now,
+                format!(
+                    "unfenced write from holder {} (agent {} inc {}) while holder {} holds the fence (epoch {} watermark {})",
+                    who.holder, who.agent, who.incarnation, f.holder, f.epoch, f.watermark
+                ),
+            ));
+        }
+        self.data_written(now, who, ops)?;
+        for e in target.events_at(target.rev()) {
+            self.dirty.insert(e.kv.key.clone());
+        }
+        if f.settled() && f.watermark > 0 {
+            self.check_incremental(now, who.epoch, f.watermark, source, target)?;
+        }
+        Ok(())
+    }
+
+    /// What a write does to the data keys: (e), foreign keys and drift.
+    fn data_written(&mut self, now: u64, who: &Issuer, ops: &[TxnOp]) -> Result<(), Violation> {
+        let o = &self.oracle;
         // (e) RequireEmpty.
         let data_ops = ops
             .iter()
@@ -423,18 +482,6 @@ impl Checker {
                 }
                 TxnOp::Get { .. } => {}
             }
-        }
-        if f.role == "Primary" && self.primary_at.is_none() {
-            self.primary_at = Some(now);
-            self.primary_epoch = who.epoch;
-        }
-        self.fence = Some(f.clone());
-        for e in target.events_at(target.rev()) {
-            self.dirty.insert(e.kv.key.clone());
-        }
-        // (a) watermark invariant. Watermark 0 promises nothing: no revision was mirrored.
-        if f.settled() && f.watermark > 0 {
-            self.check_incremental(now, who.epoch, f.watermark, source, target)?;
         }
         Ok(())
     }

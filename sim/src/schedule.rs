@@ -39,17 +39,23 @@ pub enum FaultyMode {
     /// flight compares the record the first of them compared (the start of the chain),
     /// not the record its predecessor installs. Needs the real core (it pipelines).
     CompareChainStart,
+    /// An unfenced-page driver: every genesis page Txn (a Txn that does not write the
+    /// fence) is sent without its compare of the fence's mod revision, so a page that
+    /// arrives late applies after a takeover, a cursor write or the end of the genesis.
+    /// Needs the real core (it writes order-free pages) and late applies to bite.
+    UnfencedPages,
 }
 
 impl FaultyMode {
     /// Every mode.
-    pub const ALL: [FaultyMode; 6] = [
+    pub const ALL: [FaultyMode; 7] = [
         FaultyMode::DropFenceCompare,
         FaultyMode::ReorderCommits,
         FaultyMode::DropWatchEvent,
         FaultyMode::ApplyTwiceAfterCrash,
         FaultyMode::StaleHistoryProof,
         FaultyMode::CompareChainStart,
+        FaultyMode::UnfencedPages,
     ];
 
     /// The coverage mark the simulator sets when the mode actually broke something, so a
@@ -62,6 +68,7 @@ impl FaultyMode {
             FaultyMode::ApplyTwiceAfterCrash => "faulty.applied_twice",
             FaultyMode::StaleHistoryProof => "faulty.stale_history_proof",
             FaultyMode::CompareChainStart => "faulty.chain_compare_rewritten",
+            FaultyMode::UnfencedPages => "faulty.page_compare_dropped",
         }
     }
 
@@ -70,7 +77,9 @@ impl FaultyMode {
     pub fn needs_core(self) -> bool {
         matches!(
             self,
-            FaultyMode::StaleHistoryProof | FaultyMode::CompareChainStart
+            FaultyMode::StaleHistoryProof
+                | FaultyMode::CompareChainStart
+                | FaultyMode::UnfencedPages
         )
     }
 }

@@ -202,6 +202,9 @@ pub struct World {
     paused_any: bool,
     /// Source restores: the histories and what each agent knows of them.
     pub restores: Restores,
+    /// Each process's holder nonce, by (agent, incarnation): an unfenced write (a genesis
+    /// page) is judged by who sent it, even after that process died.
+    holders: BTreeMap<(u32, u32), String>,
     /// The operator restarted the link abandoning its checkpoint after a restore.
     abandoned: bool,
     /// Drains that show no progress must say why (see [`crate::drain_watch`]).
@@ -270,6 +273,7 @@ impl World {
             target_revs: Vec::new(),
             paused_any: false,
             restores: Restores::default(),
+            holders: BTreeMap::new(),
             abandoned: false,
             drain_watch: DrainWatch::default(),
             opts: o,
@@ -1128,6 +1132,8 @@ impl World {
             let out = r.poll_output(now);
             if a.holder.is_empty() {
                 a.holder = r.status().holder.clone();
+                self.holders
+                    .insert((agent, a.incarnation), a.holder.clone());
             }
             self.trace.record(self.now, agent, "out", &out);
             if self.verbose && !matches!(out, Output::Timeout(t) if t.0 > self.now) {
@@ -1505,6 +1511,17 @@ impl World {
             );
             return;
         }
+        let mut cmd = cmd;
+        if let Command::Txn(t) = &mut cmd {
+            // Before the network decides the request's fate: a page that arrives late goes
+            // without its compare too.
+            if self.opts.faulty == Some(FaultyMode::UnfencedPages)
+                && is_page(t, &self.checker.oracle.fence_key)
+            {
+                t.compares.clear();
+                self.coverage.mark("faulty.page_compare_dropped");
+            }
+        }
         let mut deadline_at = None;
         let n = &self.net[ni(side)];
         if is_unary && n.timeouts_until > self.now && self.rng.below(100) < u64::from(n.timeout_pct)
@@ -1547,7 +1564,6 @@ impl World {
                 return;
             }
         }
-        let mut cmd = cmd;
         if let Command::Txn(t) = &mut cmd {
             if self.opts.faulty == Some(FaultyMode::DropFenceCompare) && !t.compares.is_empty() {
                 t.compares.clear();
@@ -1653,6 +1669,9 @@ impl World {
         }
         if late {
             self.coverage.mark("net.late_apply_arrived");
+            if matches!(&cmd, Command::Txn(t) if is_page(t, &self.checker.oracle.fence_key)) {
+                self.coverage.mark("page.late_apply_arrived");
+            }
             self.route(out);
             return;
         }
@@ -1720,6 +1739,13 @@ impl World {
         if !r.succeeded {
             self.coverage.mark("model.txn_compare_failed");
         }
+        if is_page(t, &self.checker.oracle.fence_key) {
+            self.coverage.mark(if r.succeeded {
+                "page.applied"
+            } else {
+                "page.compare_failed"
+            });
+        }
         if self.target.store.rev() != before {
             let ops = if r.succeeded { &t.success } else { &t.failure };
             let cfg = &self.agents[agent as usize].config;
@@ -1730,6 +1756,7 @@ impl World {
                 delete_orphans: cfg.reconciliation.delete_orphans,
                 epoch: basis,
                 abandon: cfg.initial_sync.abandon_watermark,
+                holder: self.holders.get(&(agent, inc)).cloned().unwrap_or_default(),
             };
             if basis < self.restores.epoch {
                 self.coverage.mark("restore.commit_judged_in_old_history");
@@ -1976,4 +2003,13 @@ fn elide(v: &mut serde_json::Value) {
         serde_json::Value::Array(a) => a.iter_mut().for_each(elide),
         _ => {}
     }
+}
+
+/// Whether a target Txn is a genesis page: it writes data but not the fence.
+fn is_page(t: &TxnRequest, fence_key: &[u8]) -> bool {
+    !t.success.is_empty()
+        && !t
+            .success
+            .iter()
+            .any(|op| matches!(op, TxnOp::Put { key, .. } if key.as_slice() == fence_key))
 }

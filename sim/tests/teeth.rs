@@ -58,6 +58,25 @@ fn schedule(seed: u64, mode: FaultyMode, kind: ReplicatorKind) -> Schedule {
             s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
             None
         }
+        FaultyMode::UnfencedPages => {
+            // Pages that time out and reach the target late, while the source moves on: a
+            // source with trusted progress (pages commute only there), a preloaded range
+            // and tiny pages, so the genesis writes many of them.
+            s.options.late_applies = true;
+            s.options.source_version = "3.5.17".into();
+            s.options.config_variant = 1;
+            s.options.workload.preload = s.options.workload.preload.max(100);
+            s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
+            s.options.safety_ms = s.options.safety_ms.max(60_000);
+            Some(TimedFault {
+                at_ms: 50,
+                fault: Fault::Timeouts {
+                    side: tidemark_sim::schedule::Side::Target,
+                    ms: 60_000,
+                    percent: 5,
+                },
+            })
+        }
         FaultyMode::ReorderCommits | FaultyMode::DropWatchEvent => None,
     };
     s.faults.extend(fault);
@@ -191,4 +210,13 @@ fn the_shrinker_reduces_a_caught_mode_to_the_one_fault_it_needs() {
         Some(want),
         "the shrunk schedule still fails the same way"
     );
+}
+
+/// Genesis pages commute only because each compares the fence's mod revision: a driver
+/// that drops that compare lets a page that arrives late apply after the fence moved on
+/// (a cursor write, the end of the genesis, another holder's claim), and the checker must
+/// see stale values in the target.
+#[test]
+fn unfenced_pages_are_caught_with_the_real_core() {
+    caught_within_bound(FaultyMode::UnfencedPages, ReplicatorKind::Core);
 }

@@ -204,7 +204,13 @@ pub struct Status {
     /// Pipelined Txns that reached the target before their predecessor and were sent
     /// again (the chain held).
     pub chain_reorders: u64,
-    /// Txns in flight now, and the smoothed commit round trip.
+    /// Genesis page Txns sent again because their outcome was unknown or they failed
+    /// before the compare (see docs/design.md, "Pipelined commits").
+    pub page_resends: u64,
+    /// Fence writes that moved the durable scan cursor over pages applied out of order.
+    pub scan_cursor_writes: u64,
+    /// Txns in flight now (chained writes and genesis pages), and the smoothed commit
+    /// round trip.
     pub txns_in_flight: u64,
     pub commit_rtt_seconds: f64,
     pub last_error: Option<String>,

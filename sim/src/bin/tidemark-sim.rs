@@ -35,6 +35,7 @@ enum Faulty {
     ApplyTwiceAfterCrash,
     StaleHistoryProof,
     CompareChainStart,
+    UnfencedPages,
 }
 
 #[derive(Subcommand, Debug)]
@@ -117,6 +118,7 @@ fn faulty(f: Faulty) -> FaultyMode {
         Faulty::ApplyTwiceAfterCrash => FaultyMode::ApplyTwiceAfterCrash,
         Faulty::StaleHistoryProof => FaultyMode::StaleHistoryProof,
         Faulty::CompareChainStart => FaultyMode::CompareChainStart,
+        Faulty::UnfencedPages => FaultyMode::UnfencedPages,
     }
 }
 
@@ -344,6 +346,7 @@ fn report_failure(sch: &Schedule, r: &RunResult, dir: Option<&Path>, budget: usi
             Some(FaultyMode::ApplyTwiceAfterCrash) => " --faulty apply-twice-after-crash",
             Some(FaultyMode::StaleHistoryProof) => " --faulty stale-history-proof",
             Some(FaultyMode::CompareChainStart) => " --faulty compare-chain-start",
+            Some(FaultyMode::UnfencedPages) => " --faulty unfenced-pages",
             None => "",
         };
         println!(

@@ -34,7 +34,7 @@ impl Mirror {
                 self.open_watch(now, from);
             }
         }
-        let chain_busy = !self.chain.is_empty();
+        let chain_busy = !self.chain.is_empty() || !self.pages.slots.is_empty();
         if self.paused && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe))) {
             return false;
         }
@@ -49,6 +49,10 @@ impl Mirror {
         if !self.history.verified {
             // Proven once per (re)connect; nothing of the source is written before.
             self.maybe_prove();
+        } else if !self.window_pending() {
+            if let Some(sent) = self.pump_page(now) {
+                return sent;
+            }
         }
         let Some(front) = self.work.front() else {
             if !chain_busy {
@@ -198,6 +202,14 @@ impl Mirror {
                 rec.watermark = rec.watermark.max(*rev);
             }
             Work::Fence(FenceWhy::QuotaProbe) => {}
+            Work::Fence(FenceWhy::ScanAdvance) => self.advance_record(&mut rec),
+        }
+        if self.pages_commute() {
+            if let Some(s) = rec.scan.as_mut() {
+                // Pages past the durable cursor may have applied, with values newer than
+                // any recorded: the record cannot bound them (see `pages.rs`).
+                s.smax = None;
+            }
         }
         if !matches!(
             work,
@@ -225,6 +237,7 @@ impl Mirror {
         if rev > 0 {
             self.fence_rev = rev;
         }
+        self.fence_rev_exact = rev > 0;
         self.fence_bytes = c.bytes.clone();
         self.failures_in_row = 0;
         self.takeovers = 0;
@@ -334,6 +347,25 @@ impl Mirror {
                 }
             }
             Work::Fence(FenceWhy::IdleAdvance { .. }) => {}
+            Work::Fence(FenceWhy::ScanAdvance) => {
+                self.pages_recorded();
+                let scanned = self
+                    .record
+                    .as_ref()
+                    .and_then(|r| r.scan.as_ref())
+                    .is_some_and(|s| s.scanned);
+                if scanned {
+                    if self
+                        .gen
+                        .as_ref()
+                        .is_some_and(|g| g.step == GenStep::Scanning)
+                    {
+                        self.scan_complete(now);
+                    }
+                } else {
+                    self.maybe_read_page(now);
+                }
+            }
             Work::Fence(FenceWhy::QuotaProbe) => {
                 self.status.set_condition(
                     now,
@@ -479,6 +511,7 @@ impl Mirror {
     /// See [`Self::judge_fence`]: one of our writes landed after we had written it off.
     fn adopt_own_late_write(&mut self, now: Instant, fence_rev: i64, rec: Checkpoint) {
         self.fence_rev = fence_rev;
+        self.fence_rev_exact = true;
         self.status.own_late_writes_adopted += 1;
         self.status.last_applied_revision = self.status.last_applied_revision.max(rec.watermark);
         self.record = Some(rec);
@@ -556,37 +589,13 @@ impl Mirror {
                     None => too_large(self),
                 }
             }
-            Work::Scan {
-                seq,
-                mut ops,
-                cursor_after,
-                scanned,
-                leased,
-            } => {
-                if ops.len() <= 1 {
-                    return too_large(self);
+            work @ Work::Scan { .. } => match pages::split_scan(&self.keys, work) {
+                Some((a, b)) => {
+                    self.work.push_front(b);
+                    self.work.push_front(a);
                 }
-                let second = ops.split_off(ops.len() / 2);
-                let mid_cursor = ops
-                    .last()
-                    .and_then(|o| self.keys.unrewrite(o.key()))
-                    .map(next_key)
-                    .unwrap_or_default();
-                self.work.push_front(Work::Scan {
-                    seq,
-                    ops: second,
-                    cursor_after,
-                    scanned,
-                    leased: 0,
-                });
-                self.work.push_front(Work::Scan {
-                    seq,
-                    ops,
-                    cursor_after: mid_cursor,
-                    scanned: false,
-                    leased,
-                });
-            }
+                None => too_large(self),
+            },
             Work::Sweep { mut ops } => {
                 if ops.len() <= 1 {
                     return too_large(self);
@@ -608,6 +617,7 @@ impl Mirror {
     }
 
     pub(super) fn park(&mut self, now: Instant) {
+        self.pages.clear();
         // The quota probe rewrites the record: it waits for a proof made after the park, so
         // a park that outlasts a restore of the source never re-asserts the old promise.
         self.history.unverify();

@@ -17,6 +17,9 @@ impl Mirror {
 
     /// Drops every volatile thing and continues from what the target durably holds.
     pub(super) fn resume_from_record(&mut self, now: Instant) {
+        // Pages in flight may still apply, under the revision the resumed scan writes at
+        // too: same scan, same base, and the replay comes after the next fence write.
+        self.pages.clear();
         self.pass = None;
         self.cancel_watch();
         self.work.clear();
@@ -80,6 +83,8 @@ impl Mirror {
 
     /// A new genesis: read R0, then record `scan = {base: R0}` in the fence.
     pub(super) fn begin_genesis(&mut self, now: Instant, prune: bool) {
+        // Pages of an earlier attempt cannot apply after the start record below.
+        self.pages.clear();
         self.stage = Stage::Genesis;
         self.status.phase = Phase::InitialSync;
         self.status

@@ -70,6 +70,12 @@ impl Mirror {
             }
             (Job::Commit(c), Ok(Reply::Txn(t))) => self.on_chain_reply(now, *c, Ok(t)),
             (Job::Commit(c), Err(f)) => self.on_chain_reply(now, *c, Err(f)),
+            (Job::Page { slot, base, sent }, Ok(Reply::Txn(t))) => {
+                self.on_page_reply(now, slot, base, sent, Ok(t))
+            }
+            (Job::Page { slot, base, sent }, Err(f)) => {
+                self.on_page_reply(now, slot, base, sent, Err(f))
+            }
             (Job::ResolveUnknown(c), Ok(Reply::Range(r))) => self.on_resolve(now, *c, r),
             (Job::ResolveChain(b), Ok(Reply::Range(r))) => self.on_resolve_chain(now, *b, r),
             (job, Err(f)) => self.on_read_failed(now, job, f),
@@ -172,7 +178,11 @@ impl Mirror {
                 }
                 self.proof_cmd(*pinned)
             }
-            Job::Commit(_) | Job::WatchOpen(_) | Job::Fire | Job::CountRemaining => return None,
+            Job::Commit(_)
+            | Job::Page { .. }
+            | Job::WatchOpen(_)
+            | Job::Fire
+            | Job::CountRemaining => return None,
         })
     }
 }

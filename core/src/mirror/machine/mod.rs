@@ -6,11 +6,12 @@
 //! decision lives here; the driver only runs the commands this emits.
 //!
 //! Internally the machine is a set of small flows (connect, fence, genesis, tail, park)
-//! that all end in one commit pipeline. Scan and tail Txns are pipelined: each compares
-//! the fence's value with the record the Txn before it installs, so whatever order they
-//! reach the server in, they apply as a chain or not at all (see `pipeline.rs`). Writes
-//! that change what the fence means run alone, and a lost reply is resolved by re-reading
-//! the fence.
+//! that all end in one commit pipeline. Tail Txns are pipelined: each compares the fence's
+//! value with the record the Txn before it installs, so whatever order they reach the
+//! server in, they apply as a chain or not at all (see `pipeline.rs`). Genesis pages need
+//! no order: they compare the fence's mod revision and apply in any order, and fence writes
+//! of their own record the cursor (see `pages.rs`). Writes that change what the fence means
+//! run alone, and a lost reply is resolved by re-reading the fence.
 
 mod commit;
 mod connect;
@@ -20,6 +21,7 @@ mod genesis;
 mod history;
 mod inputs;
 mod modscan;
+mod pages;
 mod pipeline;
 mod plumbing;
 mod reconcile;
@@ -50,6 +52,7 @@ use drain_watch::DrainWatch;
 pub use drain_watch::{DRAIN_PROGRESSING, DRAIN_STALL_AFTER};
 use history::History;
 use modscan::ModScan;
+use pages::Pages;
 use pipeline::{Break, Link};
 use reconcile::{Pass, PassPurpose};
 
@@ -79,6 +82,12 @@ enum Job {
     ProbeMaxModRevision(u64),
     SweepPage(u64),
     Commit(Box<Commit>),
+    /// A genesis page Txn (see `pages.rs`): its slot, and the fence revision it compared.
+    Page {
+        slot: u64,
+        base: i64,
+        sent: Instant,
+    },
     /// Re-reading the fence after a commit whose outcome is unknown.
     ResolveUnknown(Box<Commit>),
     /// Re-reading the fence after a broken chain left some outcome unknown.
@@ -188,6 +197,9 @@ enum FenceWhy {
         rev: i64,
     },
     QuotaProbe,
+    /// Move the scan cursor over the genesis pages applied since the last one (written
+    /// with no page in flight; see `pages.rs`).
+    ScanAdvance,
     /// Flip the role to Primary: the cut-over.
     Cutover,
 }
@@ -338,6 +350,11 @@ pub struct Mirror {
     depth: usize,
     /// Smoothed commit round trip.
     commit_rtt: Option<Duration>,
+    /// Whether `fence_rev` is the exact mod revision of `fence_bytes` (a write proven only
+    /// by a later Txn's success leaves it unknown). Genesis pages compare it.
+    fence_rev_exact: bool,
+    /// Genesis pages sent since the durable cursor (see `pages.rs`).
+    pages: Pages,
 
     backoff: Backoff,
     throttle: Backoff,
@@ -422,6 +439,8 @@ impl Mirror {
             broken: None,
             depth: 1,
             commit_rtt: None,
+            fence_rev_exact: false,
+            pages: Pages::default(),
             backoff: Backoff::new(b.initial_delay, b.max_delay),
             throttle: Backoff::throttled(b.initial_delay, b.max_delay),
             pacer: Pacer::new(s.max_ops_per_second),

@@ -1,4 +1,6 @@
-//! The commit chain: up to `depth` fenced Txns in flight, acted on in chain order.
+//! The commit chain: up to `depth` fenced Txns in flight, acted on in chain order. It
+//! carries the tail, and the genesis scan of a source whose progress notifications are not
+//! trusted; other scans write order-free pages (`pages.rs`).
 //!
 //! Every record carries a sequence number no earlier record of the link had, and each
 //! Txn compares the fence's value with the record the Txn before it installs. A Txn can
@@ -54,7 +56,7 @@ const TARGET_TXN_COST: Duration = Duration::from_millis(2);
 impl Mirror {
     /// Whether any fenced write is in flight or being resolved.
     pub(super) fn committing(&self) -> bool {
-        !self.chain.is_empty() || self.resolving
+        !self.chain.is_empty() || self.resolving || self.pages.in_flight() > 0
     }
 
     /// How many Txns may be in flight: the configured limit, the round trip's needs, and
@@ -79,7 +81,8 @@ impl Mirror {
     /// their own watermark, which only holds while nothing is written ahead of them.
     pub(super) fn chainable(&self, work: &Work) -> bool {
         match work {
-            Work::Scan { .. } => true,
+            // Order-free pages bypass the chain (`pages.rs`).
+            Work::Scan { .. } => !self.pages_commute(),
             Work::Tail(_) => self.stage == Stage::Tail,
             _ => false,
         }
@@ -259,6 +262,7 @@ impl Mirror {
 
     /// Forgets every Txn in flight: their replies are ignored from now on.
     pub(super) fn abandon_chain(&mut self) {
+        self.pages.clear();
         self.chain.clear();
         self.chain_tip = None;
         self.depth = 1;
@@ -367,6 +371,7 @@ impl Mirror {
                     // is where we are, and it is resumed from like a restart.
                     self.fence_bytes = kv.value.clone();
                     self.fence_rev = kv.mod_revision;
+                    self.fence_rev_exact = true;
                     self.status.own_late_writes_adopted += 1;
                     self.status.last_applied_revision =
                         self.status.last_applied_revision.max(rec.watermark);
