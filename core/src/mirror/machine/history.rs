@@ -34,6 +34,9 @@ pub(super) struct Window {
     want_sha: String,
     seen: u32,
     sha: String,
+    /// On a source whose progress notifications cannot be trusted, only an event past
+    /// `upto` closes the window; if none comes by this time, nothing proves it.
+    deadline: Option<Instant>,
 }
 
 /// The revision being fed, the anchor before it, and its in-scope events so far.
@@ -333,12 +336,51 @@ impl Mirror {
     }
 
     /// A new watch stream was established: events from it wait for a proof made after it.
-    pub(super) fn on_watch_established(&mut self, watch_id: u64) {
+    pub(super) fn on_watch_established(&mut self, now: Instant, watch_id: u64) {
+        if self.watch != Some(watch_id) {
+            return;
+        }
+        if !self.progress_trusted {
+            // No notification can close the window this stream replays: it has until the
+            // deadline to deliver an event past it.
+            if let Some(w) = self.history.window.as_mut().filter(|w| w.watch == watch_id) {
+                w.deadline = Some(now + UNTRUSTED_WINDOW_WAIT);
+            }
+        }
         // The replay before the claim is itself part of the connect proof.
-        if self.watch == Some(watch_id) && self.stage != Stage::Fencing {
+        if self.stage != Stage::Fencing {
             self.history.watch_header = 0;
             self.history.unverify();
         }
+    }
+
+    /// When an untrusted window gives up waiting for an event past its end.
+    pub(super) fn window_deadline(&self) -> Option<Instant> {
+        self.history
+            .window
+            .as_ref()
+            .filter(|_| self.window_pending())
+            .and_then(|w| w.deadline)
+    }
+
+    /// An untrusted window's deadline passed with no event past its end: the source may
+    /// hold events in the window that the stream has not delivered, and no notification
+    /// can say it does not. The promise is not extended (see docs/design.md, "Source
+    /// history").
+    pub(super) fn window_timed_out(&mut self, now: Instant) {
+        let Some(win) = self.history.window.clone() else {
+            return;
+        };
+        let what = format!(
+            "replaying the source from revision {} to {} found {} of the {} in-range event(s) this mirror applied, and no event past revision {} came within {} s; this etcd version's progress notifications cannot be trusted (before 3.4.31/3.5.13), so nothing proves the window complete",
+            win.anchor + 1,
+            win.upto,
+            win.seen,
+            win.want,
+            win.upto,
+            UNTRUSTED_WINDOW_WAIT.as_secs()
+        );
+        self.window_unprovable(now, what);
     }
 
     /// The record a proof is about: the one found at connect, or the durable one.
@@ -606,7 +648,7 @@ impl Mirror {
         let replayable = self.found.as_ref().is_some_and(|c| {
             c.scan.is_none() && c.replayable_anchor().is_some_and(|a| a.rev < c.watermark)
         });
-        if !replayable || !self.progress_trusted {
+        if !replayable {
             self.history.at_connect = false;
             return self.after_fence_proven(now);
         }
@@ -755,8 +797,9 @@ impl Mirror {
     }
 
     /// Where a tail watch opening after everything up to `upto` was fed starts: right after
-    /// it, or, to prove the window since the anchor, at the anchor's next revision. Needs
-    /// trusted progress notifications, which close a window that holds no events.
+    /// it, or, to prove the window since the anchor, at the anchor's next revision. An event
+    /// past the window closes it, and so does a trusted progress notification; on a source
+    /// whose notifications cannot be trusted a quiet window times out as unprovable.
     pub(super) fn watch_start(&mut self, watch: u64, upto: i64) -> i64 {
         self.history.window = None;
         if self.stage == Stage::Genesis {
@@ -765,7 +808,7 @@ impl Mirror {
             let Some((base, n, sha)) = self.history.genesis_seen.clone() else {
                 return upto + 1;
             };
-            if !self.progress_trusted || base >= upto {
+            if base >= upto {
                 return upto + 1;
             }
             self.history.window = Some(Window {
@@ -776,11 +819,14 @@ impl Mirror {
                 want_sha: sha,
                 seen: 0,
                 sha: String::new(),
+                deadline: None,
             });
             return base + 1;
         }
         let connecting = self.stage == Stage::Fencing && self.history.at_connect;
-        if !(self.stage == Stage::Tail || connecting) || !self.progress_trusted {
+        // On a source whose progress notifications cannot be trusted the window is replayed
+        // too: only an event past it closes it, and a quiet one times out as unprovable.
+        if !(self.stage == Stage::Tail || connecting) {
             return upto + 1;
         }
         let unproven = !connecting && !self.history.verified && self.history.before_break.is_some();
@@ -808,6 +854,7 @@ impl Mirror {
             want_sha,
             seen: 0,
             sha: String::new(),
+            deadline: None,
         });
         a + 1
     }
@@ -859,7 +906,10 @@ impl Mirror {
 
     /// The watch reported everything up to `rev` delivered (a trusted progress notification).
     pub(super) fn window_progress(&mut self, now: Instant, rev: i64) {
-        if self.window_pending() && self.history.window.as_ref().is_some_and(|w| rev >= w.upto) {
+        if self.progress_trusted
+            && self.window_pending()
+            && self.history.window.as_ref().is_some_and(|w| rev >= w.upto)
+        {
             if let Some(win) = self.history.window.take() {
                 self.close_window(now, win);
             }
