@@ -32,6 +32,10 @@ pub(super) struct Window {
     pub(super) upto: i64,
     want: u32,
     want_sha: String,
+    /// How many of the wanted events were chained from a record's key-only digest
+    /// ([`Anchor::chain`]); the rest were chained with their values
+    /// ([`Anchor::chain_value`]).
+    plain: u32,
     seen: u32,
     sha: String,
     /// On a source whose progress notifications cannot be trusted, only an event past
@@ -76,8 +80,9 @@ pub(super) struct History {
     /// The window of the source's history a new watch replays before its events count.
     pub(super) window: Option<Window>,
     /// While unproven: every in-scope event fed after `before_break` (puts too), counted
-    /// and chained on from its digest, so a replay can start at that anchor.
-    since_break: Option<(u32, String)>,
+    /// and chained on from its digest (with values, after the anchor's own `after`
+    /// events, the third field), so a replay can start at that anchor.
+    since_break: Option<(u32, String, u32)>,
     /// The fact the current proof round reads back.
     asked: Option<Anchor>,
     /// During a genesis: its scan base, and the in-scope events its watches delivered after
@@ -102,7 +107,7 @@ impl History {
                 .candidate
                 .as_ref()
                 .filter(|a| !a.scanned)
-                .map(|a| (a.after, a.after_sha.clone()));
+                .map(|a| (a.after, a.after_sha.clone(), a.after));
         }
         self.round += 1;
         self.verified = false;
@@ -135,11 +140,13 @@ impl History {
         if events.is_empty() {
             return;
         }
-        if let (Some((n, sha)), Some(b)) = (self.since_break.as_mut(), self.before_break.as_ref()) {
+        if let (Some((n, sha, _)), Some(b)) =
+            (self.since_break.as_mut(), self.before_break.as_ref())
+        {
             if rev > b.rev {
                 for (kind, kv) in events {
                     *n += 1;
-                    *sha = Anchor::chain(sha, rev, *kind, &kv.key);
+                    *sha = Anchor::chain_value(sha, rev, *kind, &kv.key, &kv.value);
                 }
             }
         }
@@ -234,12 +241,12 @@ impl History {
     }
 
     /// A genesis watch delivered these events past the scan base (in-scope ones only).
-    pub(super) fn genesis_delivered(&mut self, events: &[(EventKind, i64, &[u8])]) {
+    pub(super) fn genesis_delivered(&mut self, events: &[(EventKind, &KeyValue)]) {
         if let Some((base, n, sha)) = self.genesis_seen.as_mut() {
-            for (kind, rev, key) in events {
-                if *rev > *base {
+            for (kind, kv) in events {
+                if kv.mod_revision > *base {
                     *n += 1;
-                    *sha = Anchor::chain(sha, *rev, *kind, key);
+                    *sha = Anchor::chain_value(sha, kv.mod_revision, *kind, &kv.key, &kv.value);
                 }
             }
         }
@@ -817,6 +824,7 @@ impl Mirror {
                 upto,
                 want: n,
                 want_sha: sha,
+                plain: 0,
                 seen: 0,
                 sha: String::new(),
                 deadline: None,
@@ -841,9 +849,9 @@ impl Mirror {
         let Some(a) = anchor.filter(|a| !a.scanned && a.rev < upto) else {
             return upto + 1;
         };
-        let (want, want_sha) = match (&self.history.since_break, unproven) {
-            (Some((n, sha)), true) => (*n, sha.clone()),
-            _ => (a.after, a.after_sha.clone()),
+        let (want, want_sha, plain) = match (&self.history.since_break, unproven) {
+            (Some((n, sha, plain)), true) => (*n, sha.clone(), *plain),
+            _ => (a.after, a.after_sha.clone(), a.after),
         };
         let a = a.rev;
         self.history.window = Some(Window {
@@ -852,6 +860,7 @@ impl Mirror {
             upto,
             want,
             want_sha,
+            plain,
             seen: 0,
             sha: String::new(),
             deadline: None,
@@ -881,8 +890,12 @@ impl Mirror {
         let cut = events.partition_point(|e| e.kv.mod_revision <= win.upto);
         let rest = events.split_off(cut);
         for e in events.iter().filter(|e| self.keys.in_scope(&e.kv.key)) {
+            win.sha = if win.seen < win.plain {
+                Anchor::chain(&win.sha, e.kv.mod_revision, e.kind, &e.kv.key)
+            } else {
+                Anchor::chain_value(&win.sha, e.kv.mod_revision, e.kind, &e.kv.key, &e.kv.value)
+            };
             win.seen += 1;
-            win.sha = Anchor::chain(&win.sha, e.kv.mod_revision, e.kind, &e.kv.key);
             if win.seen > win.want {
                 let key = self.keys.redact(&e.kv.key);
                 let what = format!(
