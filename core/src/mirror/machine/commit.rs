@@ -452,19 +452,19 @@ impl Mirror {
             self.abandon_chain();
             self.fence_rev = kv.mod_revision;
             self.next_seq = self.next_seq.max(theirs.seq + 1);
-            let mut rec = theirs;
-            rec.upgrade();
-            rec.epoch = c.record.epoch + 1;
-            rec.holder = self.holder.clone();
-            self.status.epoch = rec.epoch;
-            self.found = Some(rec.clone());
+            // The claim goes above every epoch this process held.
+            self.epoch_floor = self.epoch_floor.max(c.record.epoch + 1);
+            self.found = Some(theirs);
             self.record = None;
             self.work.clear();
             self.batcher.clear();
             self.cancel_watch();
             self.gen = None;
-            self.submit_direct(now, Work::Claim, rec);
-            return;
+            self.stage = Stage::Fencing;
+            // The stale writer's record carries progress this process never proved (a
+            // source restored meanwhile, or a resync this process had decided on, would
+            // otherwise be re-asserted by the claim): prove it as at connect, then claim.
+            return self.prove_at_connect(now);
         }
         self.fail(
             now,
