@@ -50,6 +50,20 @@ impl Mirror {
             // Proven once per (re)connect; nothing of the source is written before.
             self.maybe_prove();
         }
+        if self.history.refeed && self.history.verified && self.stage == Stage::Tail {
+            // Fed events no window replayed: drop them and resume from the record once the
+            // chain has landed (see `History::refeed`).
+            if chain_busy {
+                return false;
+            }
+            self.history.refeed = false;
+            self.status.last_error = Some(
+                "resuming from the checkpoint: events fed before a source break were not replayed"
+                    .into(),
+            );
+            self.resume_from_record(now);
+            return false;
+        }
         let Some(front) = self.work.front() else {
             if !chain_busy {
                 self.after_queue_drained(now);

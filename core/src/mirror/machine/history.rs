@@ -94,6 +94,10 @@ pub(super) struct History {
     /// The newest put seen before the last break: a running agent proves against it when
     /// it is newer than the record's anchor, which narrows what a restore can hide.
     before_break: Option<Anchor>,
+    /// A proof passed while events fed after the break waited unreplayed, with no watch
+    /// to replay them (paused for backpressure): the tail resumes from the durable record
+    /// before anything more is written, so every event it applies came through a window.
+    pub(super) refeed: bool,
 }
 
 impl History {
@@ -233,6 +237,7 @@ impl History {
         self.feeding = None;
         self.before_break = None;
         self.since_break = None;
+        self.refeed = false;
     }
 
     /// A new copy starts: puts seen for the copy it replaces vouch for nothing in it.
@@ -626,6 +631,17 @@ impl Mirror {
     }
 
     fn history_proven(&mut self, now: Instant, reason: &str, message: String) {
+        let unreplayed = self
+            .history
+            .since_break
+            .as_ref()
+            .is_some_and(|(n, _, plain)| n > plain);
+        if self.stage == Stage::Tail && unreplayed && self.watch.is_none() {
+            // The point read proves the anchor only. Events fed after it came from a stream
+            // that is gone (cancelled for backpressure), and no new watch will replay them
+            // before they are written (docs/design.md, "Source history", rule 5).
+            self.history.refeed = true;
+        }
         self.history.verified = true;
         self.history.since_break = None;
         self.history.proving = false;
