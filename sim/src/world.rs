@@ -1761,6 +1761,7 @@ impl World {
                 delete_orphans: cfg.reconciliation.delete_orphans,
                 epoch: basis,
                 abandon: cfg.initial_sync.abandon_watermark,
+                claim: is_claim(t, &self.checker.oracle.fence_key),
             };
             if basis < self.restores.epoch {
                 self.coverage.mark("restore.commit_judged_in_old_history");
@@ -1975,6 +1976,20 @@ fn side_name(s: Side) -> &'static str {
         Side::Source => "source",
         Side::Target => "target",
     }
+}
+
+/// Whether a Txn is a claim: it compares the fence key's mod or create revision (what the
+/// agent read), not the value of a record it installed before.
+fn is_claim(t: &TxnRequest, fence_key: &[u8]) -> bool {
+    let on_fence: Vec<_> = t.compares.iter().filter(|c| c.key == fence_key).collect();
+    !on_fence.is_empty()
+        && on_fence.iter().all(|c| {
+            matches!(
+                c.target,
+                tidemark_core::etcd::CompareTarget::ModRevision
+                    | tidemark_core::etcd::CompareTarget::CreateRevision
+            )
+        })
 }
 
 /// A one-line summary of an input or output for verbose traces (values elided).
