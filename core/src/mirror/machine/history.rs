@@ -59,8 +59,9 @@ pub(super) struct History {
     /// The highest revision the source is known to have reached: read headers, watch
     /// revisions and the checkpoint. A linearizable read issued later may not report less.
     floor: i64,
-    /// The floor when each source read still in flight was issued.
-    issued: BTreeMap<CommandId, i64>,
+    /// The floor when each source read still in flight was issued, and the revision the
+    /// read is pinned at (0: the newest).
+    issued: BTreeMap<CommandId, (i64, i64)>,
     /// The highest header seen on the current watch stream.
     watch_header: i64,
     /// The compact revision that refused the pinned anchor read (0: not reported).
@@ -297,7 +298,9 @@ impl Mirror {
     pub(super) fn note_issue(&mut self, id: CommandId, cmd: &Command) {
         if let Command::Range(r) = cmd {
             if r.cluster == Cluster::Source {
-                self.history.issued.insert(id, self.history.floor);
+                self.history
+                    .issued
+                    .insert(id, (self.history.floor, r.revision));
             }
         }
     }
@@ -308,11 +311,26 @@ impl Mirror {
         &mut self,
         now: Instant,
         id: CommandId,
+        job: &Job,
         result: &Result<Reply, Failure>,
     ) -> bool {
-        let Some(floor) = self.history.issued.remove(&id) else {
+        let Some((floor, pinned)) = self.history.issued.remove(&id) else {
             return true;
         };
+        if matches!(result, Err(Failure::FutureRevision))
+            && pinned > 0
+            && pinned <= floor
+            && !matches!(job, Job::ProveHistory { .. })
+        {
+            // The source refuses a revision it had already reached: it went back in time.
+            // (A proof read answers this itself, with the source's revision in the message.)
+            let w = self.proof_record().map_or(0, |c| c.watermark);
+            let what = format!(
+                "the source refused revision {pinned} as a future revision, though it had already reached revision {floor} (checkpoint watermark {w})"
+            );
+            self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+            return false;
+        }
         let Ok(Reply::Range(r)) = result else {
             return true;
         };

@@ -481,7 +481,7 @@ impl Mirror {
                 let Some(job) = self.inflight.remove(&id) else {
                     return;
                 };
-                if self.check_source_reply(now, id, &result) {
+                if self.check_source_reply(now, id, &job, &result) {
                     self.on_done(now, job, result);
                 }
             }
