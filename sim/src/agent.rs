@@ -90,6 +90,10 @@ pub struct Agent {
     /// The newest source history (restores before it) this incarnation has received data
     /// from: what its writes are judged against (see [`crate::restore`]).
     pub source_epoch: u32,
+    /// The fence records of the Txns this incarnation sent lately, each with the basis it
+    /// was first sent with: a Txn sent again unchanged (a chain re-send after a reorder)
+    /// is the same commit, built from the same knowledge.
+    pub sent_records: std::collections::VecDeque<(Vec<u8>, u32)>,
 }
 
 impl Agent {

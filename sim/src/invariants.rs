@@ -8,7 +8,8 @@
 //!   range (fence excluded) equals `rewrite(source@watermark)`, keys and values.
 //! - **(b) fencing**: every applied target write carries a fence put, and no commit lands
 //!   from a holder that lost the fence. A holder is *lost* once the fence was written by a
-//!   different holder after it (takeover by a twin or a restarted process).
+//!   different holder after it (takeover by a twin or a restarted process), until it claims
+//!   the fence again (a claim compares the mod revision it read, so it acquires afresh).
 //! - **(c) monotonic watermark**: per link, the watermark of every fence written is at least
 //!   the highest *settled* watermark written before. A resync declares its reset with
 //!   `scan != null`: while a scan runs the watermark is not compared (the record may keep or
@@ -74,6 +75,11 @@ pub struct Issuer {
     pub abandon: Option<i64>,
     /// The issuing process's holder nonce (empty when not yet known).
     pub holder: String,
+    /// The Txn is a claim: its fence compare is on the mod (or create) revision the agent
+    /// just read, not on the value of a record it installed. A claim acquires the fence
+    /// afresh, so a holder that lost it may hold it again (a process whose claim's outcome
+    /// was unknown reads the fence and claims again with the same holder nonce).
+    pub claim: bool,
 }
 
 /// Drift injected into the target range behind the mirror's back.
@@ -346,6 +352,9 @@ impl Checker {
                 now,
                 format!("fence record the core cannot read back: {e}"),
             ));
+        }
+        if who.claim {
+            self.lost.remove(&f.holder);
         }
         if self.lost.contains(&f.holder) {
             return Err(v(

@@ -16,7 +16,9 @@
 //!   commit sent before its agent heard of the restore (in flight, or written from events
 //!   received before) is judged against the old history it came from, never re-judged
 //!   against the new one; a record written by an agent that has received anything of the
-//!   new history must describe the new history, or it is a false promise.
+//!   new history must describe the new history, or it is a false promise. A Txn re-sent
+//!   unchanged (a chain re-send after a reorder) is the commit first sent, and keeps the
+//!   basis it was first sent with.
 //!
 //! The restart takes the source down for a while (every watch stream breaks, every request
 //! fails with Unavailable), as a real restore does; nothing guarantees an agent notices:

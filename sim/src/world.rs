@@ -1047,6 +1047,7 @@ impl World {
                 passes_seen: 0,
                 last_pass_start: None,
                 source_epoch: 0,
+                sent_records: Default::default(),
             });
         }
         if self.agents[agent as usize].stopped.is_some() {
@@ -1078,6 +1079,7 @@ impl World {
                 a.last_pass_start = None;
                 // A new process can only learn the source's current history.
                 a.source_epoch = self.restores.epoch;
+                a.sent_records.clear();
                 self.trace.record(self.now, agent, "start", &seed);
                 self.coverage.mark("agent.start");
                 if self.drain_requested_at.is_some() {
@@ -1541,7 +1543,7 @@ impl World {
                 // Up to three timeouts late: past the fence read, the retry's backoff and,
                 // often, a different next write (a NOSPACE park, a resync).
                 let arrive_at = at + 1 + self.rng.below(3 * timeout.max(1));
-                let basis = self.agents[agent as usize].source_epoch;
+                let basis = self.txn_basis(agent, &cmd);
                 self.push(
                     arrive_at,
                     Ev::Arrive {
@@ -1573,7 +1575,7 @@ impl World {
                 self.compare_chain_start(agent, id, t);
             }
         }
-        let basis = self.agents[agent as usize].source_epoch;
+        let basis = self.txn_basis(agent, &cmd);
         self.push(
             self.now + lat,
             Ev::Arrive {
@@ -1585,6 +1587,36 @@ impl World {
                 basis,
             },
         );
+    }
+
+    /// The source history a command is judged against: the agent's basis now, or, for a
+    /// Txn that installs a record this incarnation already sent, the basis it was first
+    /// sent with. The core re-sends a Txn unchanged when it reached the server before its
+    /// predecessor (docs/design.md, "Pipelined commits"); whether the first copy applied
+    /// depends only on arrival order, so both copies are one commit, built from what the
+    /// agent knew when it first sent it.
+    fn txn_basis(&mut self, agent: u32, cmd: &Command) -> u32 {
+        let fence_key = &self.checker.oracle.fence_key;
+        let a = &mut self.agents[agent as usize];
+        let Command::Txn(t) = cmd else {
+            return a.source_epoch;
+        };
+        let record = t.success.iter().find_map(|op| match op {
+            TxnOp::Put { key, value } if key == fence_key => Some(value.clone()),
+            _ => None,
+        });
+        let Some(record) = record else {
+            return a.source_epoch;
+        };
+        if let Some((_, b)) = a.sent_records.iter().find(|(r, _)| *r == record) {
+            return *b;
+        }
+        a.sent_records.push_back((record, a.source_epoch));
+        // More than the deepest chain (64 Txns in flight).
+        if a.sent_records.len() > 256 {
+            a.sent_records.pop_front();
+        }
+        a.source_epoch
     }
 
     /// The driver's deadline fires at `at` for request `id`.
@@ -1757,6 +1789,7 @@ impl World {
                 epoch: basis,
                 abandon: cfg.initial_sync.abandon_watermark,
                 holder: self.holders.get(&(agent, inc)).cloned().unwrap_or_default(),
+                claim: is_claim(t, &self.checker.oracle.fence_key),
             };
             if basis < self.restores.epoch {
                 self.coverage.mark("restore.commit_judged_in_old_history");
@@ -1971,6 +2004,20 @@ fn side_name(s: Side) -> &'static str {
         Side::Source => "source",
         Side::Target => "target",
     }
+}
+
+/// Whether a Txn is a claim: it compares the fence key's mod or create revision (what the
+/// agent read), not the value of a record it installed before.
+fn is_claim(t: &TxnRequest, fence_key: &[u8]) -> bool {
+    let on_fence: Vec<_> = t.compares.iter().filter(|c| c.key == fence_key).collect();
+    !on_fence.is_empty()
+        && on_fence.iter().all(|c| {
+            matches!(
+                c.target,
+                tidemark_core::etcd::CompareTarget::ModRevision
+                    | tidemark_core::etcd::CompareTarget::CreateRevision
+            )
+        })
 }
 
 /// A one-line summary of an input or output for verbose traces (values elided).

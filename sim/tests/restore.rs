@@ -73,7 +73,10 @@ fn honest_core_refuses_the_new_history_then_converges_after_abandoning() {
 
 #[test]
 fn a_stale_history_proof_is_caught_as_a_false_promise() {
-    for seed in [11, 13] {
+    // Seed 16 has a source with untrusted progress notifications (3.5.12), 11 a trusted one.
+    // Seeds whose window replay refuses the new history anyway (the core stops before the
+    // lie matters) do not test the checker.
+    for seed in [11, 16] {
         let mut s = scripted(seed, 300, true);
         s.options.faulty = Some(FaultyMode::StaleHistoryProof);
         let r = run(&s, false);

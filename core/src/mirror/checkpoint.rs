@@ -95,6 +95,29 @@ impl Anchor {
         hex::encode(&h.finalize()[..8])
     }
 
+    /// [`Anchor::chain`] with a put's value too. The chains a running process keeps in
+    /// memory (everything fed since a break, everything a genesis watch delivered) hold
+    /// puts that outlive their revision, and a restored history can repeat such a put's key
+    /// at its revision with another value; only the value tells them apart. The recorded
+    /// chain (`after_sha`) keeps the key-only form: its puts are deleted in their own
+    /// revision, and records already written must still replay to the same digest.
+    pub fn chain_value(
+        digest: &str,
+        rev: i64,
+        kind: EventKind,
+        key: &[u8],
+        value: &[u8],
+    ) -> String {
+        let d = Anchor::chain(digest, rev, kind, key);
+        if kind != EventKind::Put {
+            return d;
+        }
+        let mut h = Sha256::new();
+        h.update(d.as_bytes());
+        h.update(value_digest(value).as_bytes());
+        hex::encode(&h.finalize()[..8])
+    }
+
     /// What differs between this anchor and a key-value read back at its revision, or
     /// `None` when the fact holds.
     pub fn mismatch(&self, kv: Option<&KeyValue>) -> Option<String> {

@@ -54,6 +54,20 @@ impl Mirror {
                 return sent;
             }
         }
+        if self.history.refeed && self.history.verified && self.stage == Stage::Tail {
+            // Fed events no window replayed: drop them and resume from the record once the
+            // chain has landed (see `History::refeed`).
+            if chain_busy {
+                return false;
+            }
+            self.history.refeed = false;
+            self.status.last_error = Some(
+                "resuming from the checkpoint: events fed before a source break were not replayed"
+                    .into(),
+            );
+            self.resume_from_record(now);
+            return false;
+        }
         let Some(front) = self.work.front() else {
             if !chain_busy {
                 self.after_queue_drained(now);
@@ -484,19 +498,19 @@ impl Mirror {
             self.abandon_chain();
             self.fence_rev = kv.mod_revision;
             self.next_seq = self.next_seq.max(theirs.seq + 1);
-            let mut rec = theirs;
-            rec.upgrade();
-            rec.epoch = c.record.epoch + 1;
-            rec.holder = self.holder.clone();
-            self.status.epoch = rec.epoch;
-            self.found = Some(rec.clone());
+            // The claim goes above every epoch this process held.
+            self.epoch_floor = self.epoch_floor.max(c.record.epoch + 1);
+            self.found = Some(theirs);
             self.record = None;
             self.work.clear();
             self.batcher.clear();
             self.cancel_watch();
             self.gen = None;
-            self.submit_direct(now, Work::Claim, rec);
-            return;
+            self.stage = Stage::Fencing;
+            // The stale writer's record carries progress this process never proved (a
+            // source restored meanwhile, or a resync this process had decided on, would
+            // otherwise be re-asserted by the claim): prove it as at connect, then claim.
+            return self.prove_at_connect(now);
         }
         self.fail(
             now,

@@ -160,6 +160,20 @@ impl Mirror {
     }
 
     pub(super) fn on_check_empty(&mut self, now: Instant, r: RangeReply) {
+        // The fence key sorts first in the range (its suffix starts with a zero byte), so
+        // the page holds it whenever it is there.
+        let fence_now = r
+            .kvs
+            .iter()
+            .find(|kv| self.keys.is_checkpoint(&kv.key))
+            .map(|kv| kv.mod_revision);
+        if fence_now.is_some_and(|rev| rev != self.fence_rev) {
+            // The fence moved since it was read (another agent claimed and wrote): the keys
+            // are the mirror's own, not foreign ones. Read the fence again and go on from it.
+            let cmd = self.fence_read_cmd();
+            self.issue(Job::ReadFence, cmd);
+            return;
+        }
         let foreign = r
             .kvs
             .iter()

@@ -32,8 +32,15 @@ pub(super) struct Window {
     pub(super) upto: i64,
     want: u32,
     want_sha: String,
+    /// How many of the wanted events were chained from a record's key-only digest
+    /// ([`Anchor::chain`]); the rest were chained with their values
+    /// ([`Anchor::chain_value`]).
+    plain: u32,
     seen: u32,
     sha: String,
+    /// On a source whose progress notifications cannot be trusted, only an event past
+    /// `upto` closes the window; if none comes by this time, nothing proves it.
+    deadline: Option<Instant>,
 }
 
 /// The revision being fed, the anchor before it, and its in-scope events so far.
@@ -52,8 +59,9 @@ pub(super) struct History {
     /// The highest revision the source is known to have reached: read headers, watch
     /// revisions and the checkpoint. A linearizable read issued later may not report less.
     floor: i64,
-    /// The floor when each source read still in flight was issued.
-    issued: BTreeMap<CommandId, i64>,
+    /// The floor when each source read still in flight was issued, and the revision the
+    /// read is pinned at (0: the newest).
+    issued: BTreeMap<CommandId, (i64, i64)>,
     /// The highest header seen on the current watch stream.
     watch_header: i64,
     /// The compact revision that refused the pinned anchor read (0: not reported).
@@ -73,8 +81,9 @@ pub(super) struct History {
     /// The window of the source's history a new watch replays before its events count.
     pub(super) window: Option<Window>,
     /// While unproven: every in-scope event fed after `before_break` (puts too), counted
-    /// and chained on from its digest, so a replay can start at that anchor.
-    since_break: Option<(u32, String)>,
+    /// and chained on from its digest (with values, after the anchor's own `after`
+    /// events, the third field), so a replay can start at that anchor.
+    since_break: Option<(u32, String, u32)>,
     /// The fact the current proof round reads back.
     asked: Option<Anchor>,
     /// During a genesis: its scan base, and the in-scope events its watches delivered after
@@ -86,6 +95,10 @@ pub(super) struct History {
     /// The newest put seen before the last break: a running agent proves against it when
     /// it is newer than the record's anchor, which narrows what a restore can hide.
     before_break: Option<Anchor>,
+    /// A proof passed while events fed after the break waited unreplayed, with no watch
+    /// to replay them (paused for backpressure): the tail resumes from the durable record
+    /// before anything more is written, so every event it applies came through a window.
+    pub(super) refeed: bool,
 }
 
 impl History {
@@ -99,7 +112,7 @@ impl History {
                 .candidate
                 .as_ref()
                 .filter(|a| !a.scanned)
-                .map(|a| (a.after, a.after_sha.clone()));
+                .map(|a| (a.after, a.after_sha.clone(), a.after));
         }
         self.round += 1;
         self.verified = false;
@@ -132,11 +145,13 @@ impl History {
         if events.is_empty() {
             return;
         }
-        if let (Some((n, sha)), Some(b)) = (self.since_break.as_mut(), self.before_break.as_ref()) {
+        if let (Some((n, sha, _)), Some(b)) =
+            (self.since_break.as_mut(), self.before_break.as_ref())
+        {
             if rev > b.rev {
                 for (kind, kv) in events {
                     *n += 1;
-                    *sha = Anchor::chain(sha, rev, *kind, &kv.key);
+                    *sha = Anchor::chain_value(sha, rev, *kind, &kv.key, &kv.value);
                 }
             }
         }
@@ -223,6 +238,7 @@ impl History {
         self.feeding = None;
         self.before_break = None;
         self.since_break = None;
+        self.refeed = false;
     }
 
     /// A new copy starts: puts seen for the copy it replaces vouch for nothing in it.
@@ -231,12 +247,12 @@ impl History {
     }
 
     /// A genesis watch delivered these events past the scan base (in-scope ones only).
-    pub(super) fn genesis_delivered(&mut self, events: &[(EventKind, i64, &[u8])]) {
+    pub(super) fn genesis_delivered(&mut self, events: &[(EventKind, &KeyValue)]) {
         if let Some((base, n, sha)) = self.genesis_seen.as_mut() {
-            for (kind, rev, key) in events {
-                if *rev > *base {
+            for (kind, kv) in events {
+                if kv.mod_revision > *base {
                     *n += 1;
-                    *sha = Anchor::chain(sha, *rev, *kind, key);
+                    *sha = Anchor::chain_value(sha, kv.mod_revision, *kind, &kv.key, &kv.value);
                 }
             }
         }
@@ -282,7 +298,9 @@ impl Mirror {
     pub(super) fn note_issue(&mut self, id: CommandId, cmd: &Command) {
         if let Command::Range(r) = cmd {
             if r.cluster == Cluster::Source {
-                self.history.issued.insert(id, self.history.floor);
+                self.history
+                    .issued
+                    .insert(id, (self.history.floor, r.revision));
             }
         }
     }
@@ -293,11 +311,26 @@ impl Mirror {
         &mut self,
         now: Instant,
         id: CommandId,
+        job: &Job,
         result: &Result<Reply, Failure>,
     ) -> bool {
-        let Some(floor) = self.history.issued.remove(&id) else {
+        let Some((floor, pinned)) = self.history.issued.remove(&id) else {
             return true;
         };
+        if matches!(result, Err(Failure::FutureRevision))
+            && pinned > 0
+            && pinned <= floor
+            && !matches!(job, Job::ProveHistory { .. })
+        {
+            // The source refuses a revision it had already reached: it went back in time.
+            // (A proof read answers this itself, with the source's revision in the message.)
+            let w = self.proof_record().map_or(0, |c| c.watermark);
+            let what = format!(
+                "the source refused revision {pinned} as a future revision, though it had already reached revision {floor} (checkpoint watermark {w})"
+            );
+            self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+            return false;
+        }
         let Ok(Reply::Range(r)) = result else {
             return true;
         };
@@ -333,12 +366,51 @@ impl Mirror {
     }
 
     /// A new watch stream was established: events from it wait for a proof made after it.
-    pub(super) fn on_watch_established(&mut self, watch_id: u64) {
+    pub(super) fn on_watch_established(&mut self, now: Instant, watch_id: u64) {
+        if self.watch != Some(watch_id) {
+            return;
+        }
+        if !self.progress_trusted {
+            // No notification can close the window this stream replays: it has until the
+            // deadline to deliver an event past it.
+            if let Some(w) = self.history.window.as_mut().filter(|w| w.watch == watch_id) {
+                w.deadline = Some(now + UNTRUSTED_WINDOW_WAIT);
+            }
+        }
         // The replay before the claim is itself part of the connect proof.
-        if self.watch == Some(watch_id) && self.stage != Stage::Fencing {
+        if self.stage != Stage::Fencing {
             self.history.watch_header = 0;
             self.history.unverify();
         }
+    }
+
+    /// When an untrusted window gives up waiting for an event past its end.
+    pub(super) fn window_deadline(&self) -> Option<Instant> {
+        self.history
+            .window
+            .as_ref()
+            .filter(|_| self.window_pending())
+            .and_then(|w| w.deadline)
+    }
+
+    /// An untrusted window's deadline passed with no event past its end: the source may
+    /// hold events in the window that the stream has not delivered, and no notification
+    /// can say it does not. The promise is not extended (see docs/design.md, "Source
+    /// history").
+    pub(super) fn window_timed_out(&mut self, now: Instant) {
+        let Some(win) = self.history.window.clone() else {
+            return;
+        };
+        let what = format!(
+            "replaying the source from revision {} to {} found {} of the {} in-range event(s) this mirror applied, and no event past revision {} came within {} s; this etcd version's progress notifications cannot be trusted (before 3.4.31/3.5.13), so nothing proves the window complete",
+            win.anchor + 1,
+            win.upto,
+            win.seen,
+            win.want,
+            win.upto,
+            UNTRUSTED_WINDOW_WAIT.as_secs()
+        );
+        self.window_unprovable(now, what);
     }
 
     /// The record a proof is about: the one found at connect, or the durable one.
@@ -577,6 +649,17 @@ impl Mirror {
     }
 
     fn history_proven(&mut self, now: Instant, reason: &str, message: String) {
+        let unreplayed = self
+            .history
+            .since_break
+            .as_ref()
+            .is_some_and(|(n, _, plain)| n > plain);
+        if self.stage == Stage::Tail && unreplayed && self.watch.is_none() {
+            // The point read proves the anchor only. Events fed after it came from a stream
+            // that is gone (cancelled for backpressure), and no new watch will replay them
+            // before they are written (docs/design.md, "Source history", rule 5).
+            self.history.refeed = true;
+        }
         self.history.verified = true;
         self.history.since_break = None;
         self.history.proving = false;
@@ -606,7 +689,7 @@ impl Mirror {
         let replayable = self.found.as_ref().is_some_and(|c| {
             c.scan.is_none() && c.replayable_anchor().is_some_and(|a| a.rev < c.watermark)
         });
-        if !replayable || !self.progress_trusted {
+        if !replayable {
             self.history.at_connect = false;
             return self.after_fence_proven(now);
         }
@@ -755,8 +838,9 @@ impl Mirror {
     }
 
     /// Where a tail watch opening after everything up to `upto` was fed starts: right after
-    /// it, or, to prove the window since the anchor, at the anchor's next revision. Needs
-    /// trusted progress notifications, which close a window that holds no events.
+    /// it, or, to prove the window since the anchor, at the anchor's next revision. An event
+    /// past the window closes it, and so does a trusted progress notification; on a source
+    /// whose notifications cannot be trusted a quiet window times out as unprovable.
     pub(super) fn watch_start(&mut self, watch: u64, upto: i64) -> i64 {
         self.history.window = None;
         if self.stage == Stage::Genesis {
@@ -765,7 +849,7 @@ impl Mirror {
             let Some((base, n, sha)) = self.history.genesis_seen.clone() else {
                 return upto + 1;
             };
-            if !self.progress_trusted || base >= upto {
+            if base >= upto {
                 return upto + 1;
             }
             self.history.window = Some(Window {
@@ -774,13 +858,17 @@ impl Mirror {
                 upto,
                 want: n,
                 want_sha: sha,
+                plain: 0,
                 seen: 0,
                 sha: String::new(),
+                deadline: None,
             });
             return base + 1;
         }
         let connecting = self.stage == Stage::Fencing && self.history.at_connect;
-        if !(self.stage == Stage::Tail || connecting) || !self.progress_trusted {
+        // On a source whose progress notifications cannot be trusted the window is replayed
+        // too: only an event past it closes it, and a quiet one times out as unprovable.
+        if !(self.stage == Stage::Tail || connecting) {
             return upto + 1;
         }
         let unproven = !connecting && !self.history.verified && self.history.before_break.is_some();
@@ -795,9 +883,9 @@ impl Mirror {
         let Some(a) = anchor.filter(|a| !a.scanned && a.rev < upto) else {
             return upto + 1;
         };
-        let (want, want_sha) = match (&self.history.since_break, unproven) {
-            (Some((n, sha)), true) => (*n, sha.clone()),
-            _ => (a.after, a.after_sha.clone()),
+        let (want, want_sha, plain) = match (&self.history.since_break, unproven) {
+            (Some((n, sha, plain)), true) => (*n, sha.clone(), *plain),
+            _ => (a.after, a.after_sha.clone(), a.after),
         };
         let a = a.rev;
         self.history.window = Some(Window {
@@ -806,8 +894,10 @@ impl Mirror {
             upto,
             want,
             want_sha,
+            plain,
             seen: 0,
             sha: String::new(),
+            deadline: None,
         });
         a + 1
     }
@@ -834,8 +924,12 @@ impl Mirror {
         let cut = events.partition_point(|e| e.kv.mod_revision <= win.upto);
         let rest = events.split_off(cut);
         for e in events.iter().filter(|e| self.keys.in_scope(&e.kv.key)) {
+            win.sha = if win.seen < win.plain {
+                Anchor::chain(&win.sha, e.kv.mod_revision, e.kind, &e.kv.key)
+            } else {
+                Anchor::chain_value(&win.sha, e.kv.mod_revision, e.kind, &e.kv.key, &e.kv.value)
+            };
             win.seen += 1;
-            win.sha = Anchor::chain(&win.sha, e.kv.mod_revision, e.kind, &e.kv.key);
             if win.seen > win.want {
                 let key = self.keys.redact(&e.kv.key);
                 let what = format!(
@@ -859,7 +953,10 @@ impl Mirror {
 
     /// The watch reported everything up to `rev` delivered (a trusted progress notification).
     pub(super) fn window_progress(&mut self, now: Instant, rev: i64) {
-        if self.window_pending() && self.history.window.as_ref().is_some_and(|w| rev >= w.upto) {
+        if self.progress_trusted
+            && self.window_pending()
+            && self.history.window.as_ref().is_some_and(|w| rev >= w.upto)
+        {
             if let Some(win) = self.history.window.take() {
                 self.close_window(now, win);
             }

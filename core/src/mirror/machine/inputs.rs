@@ -20,7 +20,7 @@ impl Mirror {
     pub(super) fn on_done(&mut self, now: Instant, job: Job, result: Result<Reply, Failure>) {
         match (job, result) {
             (Job::Fire, _) | (Job::CountRemaining, Err(_)) => {}
-            (Job::WatchOpen(id), Ok(_)) => self.on_watch_established(id),
+            (Job::WatchOpen(id), Ok(_)) => self.on_watch_established(now, id),
             (Job::ProveHistory { round, pinned }, result) => {
                 self.on_proof(now, round, pinned, result)
             }

@@ -62,6 +62,9 @@ const IDLE_ADVANCE_EVERY: Duration = Duration::from_secs(5);
 const WATCH_CANCEL_AFTER_FAILURES: u32 = 3;
 /// How long to wait before re-probing an untrusted source for genesis completion.
 const UNTRUSTED_PROBE_EVERY: Duration = Duration::from_secs(1);
+/// How long a replayed window waits for an event past its end on a source whose progress
+/// notifications cannot be trusted, before it counts as unprovable (a forced resync).
+const UNTRUSTED_WINDOW_WAIT: Duration = Duration::from_secs(30);
 /// Bound on fence re-reads and re-claims in a row before giving up as FenceLost.
 const MAX_TAKEOVERS: u32 = 3;
 /// Scan chunks queued before the next page is read (prefetch depth).
@@ -497,7 +500,7 @@ impl Mirror {
                 let Some(job) = self.inflight.remove(&id) else {
                     return;
                 };
-                if self.check_source_reply(now, id, &result) {
+                if self.check_source_reply(now, id, &job, &result) {
                     self.on_done(now, job, result);
                 }
             }

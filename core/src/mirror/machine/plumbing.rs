@@ -68,6 +68,9 @@ impl Mirror {
                 self.issue(Job::Fire, Command::RequestProgress { watch_id: w });
             }
         }
+        if self.window_deadline().is_some_and(|t| t <= now) {
+            self.window_timed_out(now);
+        }
         if let Some(g) = &mut self.gen {
             if g.probe_at.is_some_and(|t| t <= now) {
                 g.probe_at = None;
@@ -88,6 +91,7 @@ impl Mirror {
             self.gen.as_ref().and_then(|g| g.probe_at),
             self.pacer_deadline(),
             self.drain_watch_deadline(),
+            self.window_deadline(),
         ]
         .into_iter()
         .flatten()

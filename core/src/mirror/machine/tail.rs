@@ -163,10 +163,10 @@ impl Mirror {
                     self.delivered = self.delivered.max(last.kv.mod_revision);
                 }
                 if self.stage == Stage::Genesis {
-                    let seen: Vec<(EventKind, i64, &[u8])> = events
+                    let seen: Vec<(EventKind, &KeyValue)> = events
                         .iter()
                         .filter(|e| self.keys.in_scope(&e.kv.key))
-                        .map(|e| (e.kind, e.kv.mod_revision, e.kv.key.as_slice()))
+                        .map(|e| (e.kind, &e.kv))
                         .collect();
                     self.history.genesis_delivered(&seen);
                 }
