@@ -530,11 +530,11 @@ async fn same_source(v: V) {
         .await;
     assert!(!s.condition(ConditionType::SourceHistoryMismatch));
     if s.forced_resync_count > 0 {
-        // A replayable anchor (trusted progress): the window after it up to the watermark
-        // is compacted, so nothing replays it; the promise is not extended, the range is
+        // A replayable anchor (on any source: the window is replayed whether or not its
+        // progress notifications are trusted): the window after it up to the watermark is
+        // compacted, so nothing replays it; the promise is not extended, the range is
         // resynced. The condition said why (AnchorCompacted) until a proof for a later
         // watch, with the anchor the resync wrote, replaced it.
-        assert!(s.progress_trusted);
         assert_eq!(s.forced_resync_count, 1);
         let reason = history_reason(&s);
         assert!(
@@ -542,8 +542,8 @@ async fn same_source(v: V) {
             "{reason}"
         );
     } else {
-        // No replay (untrusted progress, or an anchor from the initial scan): the anchor
-        // key as it is now is still the anchor's put, and the tail resumes.
+        // No replay (an anchor from the initial scan): the anchor key as it is now is still
+        // the anchor's put, and the tail resumes.
         assert_eq!(s.initial_sync_copied_key_count, 0, "no rescan");
         assert_eq!(s.forced_resync_count, 0);
         assert_eq!(history_reason(&s), "Proven");
