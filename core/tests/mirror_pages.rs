@@ -344,3 +344,42 @@ fn a_stale_twin_writing_the_fence_under_pages_in_flight_is_taken_over() {
         assert_eq!(compare_of(p), (CompareTarget::ModRevision, 62));
     }
 }
+
+#[test]
+fn a_cursor_write_mid_scan_drains_the_pages_and_later_pages_compare_its_revision() {
+    let keys: Vec<KeyValue> = (b'a'..=b'p')
+        .map(|c| kv(&[b'/', b'a', b'p', b'p', b'/', c], &[c], 50))
+        .collect();
+    let (mut h, mut pending) = fresh_genesis(46, keys);
+    assert!(pending.len() >= 2, "{pending:#?}");
+    // Past the time bound: the cursor must be recorded before more pages go out.
+    h.advance(Duration::from_secs(11));
+    let mut cursor_write = None;
+    while let Some((id, _)) = pending.pop() {
+        h.done(id, Ok(txn_ok(12)));
+        let cmds = h.drain();
+        assert!(
+            pages_of(&cmds).is_empty(),
+            "no new page while the cursor write waits"
+        );
+        if let Some(w) = fence_writes_of(&cmds).into_iter().next() {
+            assert!(pending.is_empty(), "sent only once every page resolved");
+            cursor_write = Some(w);
+        }
+    }
+    let (id, w) = cursor_write.expect("a cursor write mid-scan");
+    let scan = fence_of(&w).scan.unwrap();
+    assert!(!scan.scanned, "pages are left");
+    assert!(!scan.cursor.is_empty());
+    h.done(id, Ok(txn_ok(20)));
+    assert_eq!(h.m.status().scan_cursor_writes, 1);
+    let next = pages_of(&h.drain());
+    assert!(!next.is_empty(), "the scan goes on");
+    for (_, p) in &next {
+        assert_eq!(
+            compare_of(p),
+            (CompareTarget::ModRevision, 20),
+            "under the cursor write's revision: no page sent before it can apply after it"
+        );
+    }
+}

@@ -109,17 +109,14 @@ impl Mirror {
         matches!(work, Work::Scan { .. }) && self.pages_commute()
     }
 
-    /// Whether the pages since the durable cursor must be recorded before anything else
-    /// is sent: all of them applied, and a bound reached, the scan's end among them, or
-    /// other work waiting.
+    /// Whether the pages since the durable cursor must be recorded before anything else is
+    /// sent (a bound reached, the scan's end among them, or other work waiting): no new
+    /// page goes out, and the cursor write follows once every page is known applied.
     fn advance_due(&self, now: Instant) -> bool {
         let p = &self.pages;
         let Some(last) = p.slots.back() else {
             return false;
         };
-        if p.unresolved() > 0 {
-            return false;
-        }
         let scanned = matches!(last.work, Work::Scan { scanned: true, .. });
         let other = self.work.front().is_some_and(|w| !self.is_page(w));
         scanned
@@ -161,6 +158,10 @@ impl Mirror {
             return Some(true);
         }
         if self.advance_due(now) {
+            if self.pages.unresolved() > 0 {
+                // Drain: the pages in flight resolve first.
+                return Some(false);
+            }
             if !matches!(self.work.front(), Some(Work::Fence(FenceWhy::ScanAdvance))) {
                 self.work.push_front(Work::Fence(FenceWhy::ScanAdvance));
             }
