@@ -146,6 +146,8 @@ struct Commit {
     sent: Instant,
     /// Times it was sent again after arriving before its predecessor.
     resends: u32,
+    /// The copy it belongs to ([`Mirror::copy_seq`] when it was sent).
+    copy: u64,
 }
 
 /// One unit of target work.
@@ -370,6 +372,9 @@ pub struct Mirror {
     watch_unverified: Option<(u64, i64, bool)>,
     drops_compact_tombstone: bool,
     history: History,
+    /// Counts forced resyncs: a commit sent for a copy a resync replaced is not redone when
+    /// it turns out not to have applied (its data and record vouch for the replaced copy).
+    copy_seq: u64,
 }
 
 impl Mirror {
@@ -449,6 +454,7 @@ impl Mirror {
             watch_unverified: None,
             drops_compact_tombstone: false,
             history: History::default(),
+            copy_seq: 0,
             keys,
             rng,
             cfg: config,
