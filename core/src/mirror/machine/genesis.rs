@@ -23,6 +23,15 @@ impl Mirror {
         self.batcher.clear();
         self.watch_paused = false;
         self.retry.clear();
+        // A proof read waiting out its backoff was among the retries: unless one is in
+        // flight, the round must be asked again, or no write would ever be proven.
+        if !self
+            .inflight
+            .values()
+            .any(|j| matches!(j, Job::ProveHistory { .. }))
+        {
+            self.history.proving = false;
+        }
         let Some(rec) = self.record.clone() else {
             // Never claimed (a failed claim): start over from reading the fence.
             self.history.resume(None);
