@@ -112,6 +112,12 @@ enum Job {
     ConfirmVerdict,
     /// Informational: keys left for a resumed scan (progress estimate only).
     CountRemaining,
+    /// The source range's key count at revision `rev`, for a genesis (attempt `seq`) whose
+    /// count at its base is unknown (the untrusted quiet-range probe needs it).
+    CountLive {
+        seq: u64,
+        rev: i64,
+    },
     Fire,
 }
 
@@ -130,6 +136,7 @@ impl Job {
                 | Job::WatchRecheck { .. }
                 | Job::ProveHistory { .. }
                 | Job::CountRemaining
+                | Job::CountLive { .. }
         )
     }
 }
