@@ -160,6 +160,7 @@ impl Mirror {
                 prev,
                 sent: now,
                 resends: 0,
+                copy: self.copy_seq,
             })),
             Command::Txn(txn),
         );
@@ -570,6 +571,12 @@ impl Mirror {
         if matches!(c.work, Work::Claim) {
             // A claim is re-derived from a fresh fence read.
             self.resume_at = Some(at);
+            return;
+        }
+        if c.copy != self.copy_seq {
+            // A forced resync replaced the copy this write was for: it would re-assert the
+            // promise the resync dropped (see `on_compacted`).
+            self.hold_until = Some(at);
             return;
         }
         self.work.push_front(c.work);

@@ -26,6 +26,15 @@ impl Mirror {
         self.batcher.clear();
         self.watch_paused = false;
         self.retry.clear();
+        // A proof read waiting out its backoff was among the retries: unless one is in
+        // flight, the round must be asked again, or no write would ever be proven.
+        if !self
+            .inflight
+            .values()
+            .any(|j| matches!(j, Job::ProveHistory { .. }))
+        {
+            self.history.proving = false;
+        }
         let Some(rec) = self.record.clone() else {
             // Never claimed (a failed claim): start over from reading the fence.
             self.history.resume(None);
@@ -471,6 +480,19 @@ impl Mirror {
             return;
         };
         let d = self.delivered;
+        if g.live.is_none()
+            && !self
+                .inflight
+                .values()
+                .any(|j| matches!(j, Job::CountLive { .. }))
+        {
+            // A genesis whose record has no count at its base (a resync the claim declared)
+            // never knows how many keys are live: count them at what was delivered.
+            let job = Job::CountLive { seq: g.seq, rev: d };
+            let cmd = self.count_cmd(d);
+            self.issue(job, cmd);
+        }
+        let Some(g) = &mut self.gen else { return };
         if max_mod <= d
             && at >= d
             && g.live == Some(count)
@@ -483,6 +505,30 @@ impl Mirror {
             self.replay_proven(now, self.delivered);
         } else {
             g.probe_at = Some(now + UNTRUSTED_PROBE_EVERY);
+        }
+    }
+
+    /// A count of the source range pinned at `rev` (keys only, no values).
+    pub(super) fn count_cmd(&self, rev: i64) -> Command {
+        let (key, range_end) = self.keys.source_range();
+        Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key,
+            range_end,
+            revision: rev,
+            limit: 0,
+            count_only: true,
+            keys_only: false,
+            sort: SortBy::Key,
+        })
+    }
+
+    /// The range's key count at `rev` answered: it is the live count if nothing was
+    /// delivered since (the watch keeps it from there); otherwise the next probe asks again.
+    pub(super) fn on_count_live(&mut self, rev: i64, r: RangeReply) {
+        let delivered = self.delivered;
+        if let Some(g) = self.gen.as_mut().filter(|_| delivered == rev) {
+            g.live = Some(r.count);
         }
     }
 

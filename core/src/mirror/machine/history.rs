@@ -53,7 +53,7 @@ pub(super) struct History {
     round: u64,
     /// Proven since the last (re)connect: target writes wait for this.
     pub(super) verified: bool,
-    proving: bool,
+    pub(super) proving: bool,
     /// Proving at connect, before the claim: the outcome decides whether to claim.
     pub(super) at_connect: bool,
     /// The highest revision the source is known to have reached: read headers, watch

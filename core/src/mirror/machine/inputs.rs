@@ -38,6 +38,12 @@ impl Mirror {
             }
             (Job::ReadFence, Ok(Reply::Range(r))) => self.on_fence_read(now, r),
             (Job::CheckEmpty, Ok(Reply::Range(r))) => self.on_check_empty(now, r),
+            (Job::CountLive { seq, .. }, _) if self.gen.as_ref().is_none_or(|g| g.seq != seq) => {}
+            (Job::CountLive { rev, .. }, Ok(Reply::Range(r))) => self.on_count_live(rev, r),
+            (Job::CountLive { .. }, Err(Failure::Compacted { .. })) => {
+                // The count cannot be had at the delivered revision any more: copy afresh.
+                self.restart_genesis(now, "the revision to count the range at was compacted");
+            }
             (
                 Job::ReadR0(seq)
                 | Job::ScanPage(seq)
@@ -178,6 +184,7 @@ impl Mirror {
                 }
                 self.proof_cmd(*pinned)
             }
+            Job::CountLive { rev, .. } => self.count_cmd(*rev),
             Job::Commit(_)
             | Job::Page { .. }
             | Job::WatchOpen(_)

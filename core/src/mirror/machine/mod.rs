@@ -121,6 +121,12 @@ enum Job {
     ConfirmVerdict,
     /// Informational: keys left for a resumed scan (progress estimate only).
     CountRemaining,
+    /// The source range's key count at revision `rev`, for a genesis (attempt `seq`) whose
+    /// count at its base is unknown (the untrusted quiet-range probe needs it).
+    CountLive {
+        seq: u64,
+        rev: i64,
+    },
     Fire,
 }
 
@@ -139,6 +145,7 @@ impl Job {
                 | Job::WatchRecheck { .. }
                 | Job::ProveHistory { .. }
                 | Job::CountRemaining
+                | Job::CountLive { .. }
         )
     }
 }
@@ -155,6 +162,8 @@ struct Commit {
     sent: Instant,
     /// Times it was sent again after arriving before its predecessor.
     resends: u32,
+    /// The copy it belongs to ([`Mirror::copy_seq`] when it was sent).
+    copy: u64,
 }
 
 /// One unit of target work.
@@ -387,6 +396,9 @@ pub struct Mirror {
     watch_unverified: Option<(u64, i64, bool)>,
     drops_compact_tombstone: bool,
     history: History,
+    /// Counts forced resyncs: a commit sent for a copy a resync replaced is not redone when
+    /// it turns out not to have applied (its data and record vouch for the replaced copy).
+    copy_seq: u64,
 }
 
 impl Mirror {
@@ -468,6 +480,7 @@ impl Mirror {
             watch_unverified: None,
             drops_compact_tombstone: false,
             history: History::default(),
+            copy_seq: 0,
             keys,
             rng,
             cfg: config,

@@ -397,10 +397,11 @@ impl Mirror {
             Some(Failure::TooLarge { .. }) => redo.next(),
             _ => None,
         };
-        for c in redo.rev() {
+        // Writes for a copy a forced resync replaced are not redone (see `on_compacted`).
+        for c in redo.rev().filter(|c| c.copy == self.copy_seq) {
             self.work.push_front(c.work);
         }
-        if let Some(c) = first {
+        if let Some(c) = first.filter(|c| c.copy == self.copy_seq) {
             // Pushes its halves in front of the rest.
             return self.shrink_or_fail(now, c);
         }
