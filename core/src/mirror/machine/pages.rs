@@ -426,6 +426,7 @@ impl Mirror {
             prev: self.fence_bytes.clone(),
             sent: now,
             resends: 0,
+            copy: self.copy_seq,
         };
         self.judge_fence(now, c, current);
     }
