@@ -279,6 +279,17 @@ fn verify(
     src: Vec<KeyValue>,
     tgt: Vec<KeyValue>,
 ) -> Vec<(CommandId, Command)> {
+    verify_under(h, cmds, None, src, tgt)
+}
+
+/// [`verify`], with the source at `header` (above the watermark the pass is pinned at).
+fn verify_under(
+    h: &mut Harness,
+    cmds: Vec<(CommandId, Command)>,
+    header: Option<i64>,
+    src: Vec<KeyValue>,
+    tgt: Vec<KeyValue>,
+) -> Vec<(CommandId, Command)> {
     let ((s, rev), t) = pass_reads(&cmds);
     assert_eq!(
         rev,
@@ -289,7 +300,7 @@ fn verify(
         s,
         t,
         PassFixture {
-            src: (rev, src),
+            src: (header.unwrap_or(rev), src),
             tgt: (13, tgt),
         },
     );
@@ -432,6 +443,60 @@ fn drain_on_untrusted_progress_targets_the_highest_mod_revision() {
     assert_eq!(h.m.status().drain_target_revision, Some(60));
     // Watermark 100 >= 60: verify right away.
     let next = verify(&mut h, cmds, vec![], vec![]);
+    let (_, cmd) = one(next);
+    assert_eq!(fence_of(&cmd).role, Role::Primary);
+}
+
+#[test]
+fn an_untrusted_drain_waits_for_deletes_between_the_watermark_and_its_snapshot() {
+    // The drain target of an untrusted source is the snapshot's newest mod revision, which a
+    // delete leaves no trace in: /app/b, live at the watermark (100), was deleted at 110 and
+    // the watch has not delivered that yet. A round pinned at the watermark is clean, but
+    // the snapshot at 120 counts one key fewer, so the cut-over waits for the delete.
+    let mut h = draining();
+    let (w, cmds) = cold_start_then(&mut h, "3.4.23");
+    let (id, cmd) = one(cmds);
+    assert!(is_probe(&cmd), "{cmd:?}");
+    let cmds = h.answer_probe(id, 120, &[kv(b"/app/a", b"", 40), kv(b"/app/c", b"", 20)]);
+    assert_eq!(h.m.status().drain_target_revision, Some(40));
+    let at_watermark = vec![
+        kv(b"/app/a", b"1", 40),
+        kv(b"/app/b", b"2", 60),
+        kv(b"/app/c", b"3", 20),
+    ];
+    let target = vec![
+        tkv(b"/mirror/a", b"1"),
+        tkv(b"/mirror/b", b"2"),
+        tkv(b"/mirror/c", b"3"),
+    ];
+    let next = verify_under(&mut h, cmds, Some(120), at_watermark, target);
+    assert_eq!(h.stopped(), None);
+    let (id, cmd) = one(next);
+    assert!(
+        is_probe(&cmd),
+        "no cut-over before the delete: the target is read again, got {cmd:?}"
+    );
+    // The watch delivers the delete; the mirror applies it, then takes a new snapshot.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 120,
+            events: vec![del_ev(b"/app/b", 110)],
+        },
+    );
+    let (tid, txn) = one(h.drain());
+    assert_eq!(data_ops(&txn), vec![del(b"/mirror/b")]);
+    h.done(tid, Ok(txn_ok(14)));
+    assert!(h.drain().is_empty());
+    // The new snapshot counts as many keys as the watermark (110) has: cut over.
+    let cmds = h.answer_probe(id, 120, &[kv(b"/app/a", b"", 40), kv(b"/app/c", b"", 20)]);
+    let next = verify_under(
+        &mut h,
+        cmds,
+        Some(120),
+        vec![kv(b"/app/a", b"1", 40), kv(b"/app/c", b"3", 20)],
+        vec![tkv(b"/mirror/a", b"1"), tkv(b"/mirror/c", b"3")],
+    );
     let (_, cmd) = one(next);
     assert_eq!(fence_of(&cmd).role, Role::Primary);
 }

@@ -263,7 +263,30 @@ impl ApiServer {
         }
         self.objects.insert(key, obj.clone());
         self.record(EventType::Added, gvr, namespace, obj.clone());
+        if self.owners_all_gone(namespace, &obj) {
+            // Kubernetes' garbage collector deletes a dependent whose owners no longer
+            // exist, however it was created (a controller acting on a stale cache after
+            // its owner was deleted does exactly this). The create itself succeeds.
+            let _ = self.delete(now, gvr, namespace, &name, None, None);
+        }
         Ok(obj)
+    }
+
+    /// Whether `obj` names owners and none of them exists (by uid) in its namespace or at
+    /// cluster scope.
+    fn owners_all_gone(&self, namespace: &str, obj: &Value) -> bool {
+        let Some(refs) = obj
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .filter(|r| !r.is_empty())
+        else {
+            return false;
+        };
+        !refs.iter().any(|r| {
+            self.objects.iter().any(|((_, ns, _), o)| {
+                (ns == namespace || ns.is_empty()) && o["metadata"]["uid"] == r["uid"]
+            })
+        })
     }
 
     /// GET.

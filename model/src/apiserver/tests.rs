@@ -217,6 +217,10 @@ fn deleting_an_owner_collects_its_dependents() {
         .unwrap();
     s.create(T0, &g, "other-ns", owned("elsewhere", &[&uid]))
         .unwrap();
+    assert!(
+        s.peek(&g, "other-ns", "elsewhere").is_none(),
+        "an owner in another namespace is absent to the garbage collector"
+    );
     let grandchild_owner = meta_str(s.peek(&g, "ns", "only-owner").unwrap(), "uid").unwrap();
     s.create(T0, &g, "ns", owned("grandchild", &[&grandchild_owner]))
         .unwrap();
@@ -228,9 +232,30 @@ fn deleting_an_owner_collects_its_dependents() {
     );
     let left = s.peek(&g, "ns", "two-owners").unwrap();
     assert_eq!(left["metadata"]["ownerReferences"][0]["uid"], "other");
+}
+
+#[test]
+fn a_dependent_created_after_its_owner_was_deleted_is_collected() {
+    // A controller acting on a stale cache re-creates a deleted object's dependent; the
+    // garbage collector removes it, as in Kubernetes.
+    let mut s = ApiServer::new();
+    let g = Gvr::secrets();
+    let owner = s
+        .create(T0, &g, "ns", secret("owner", json!({}), json!({})))
+        .unwrap();
+    let uid = meta_str(&owner, "uid").unwrap();
+    let mut child = secret("child", json!({}), json!({}));
+    child["metadata"]["ownerReferences"] =
+        json!([{"apiVersion": "v1", "kind": "Secret", "name": "owner", "uid": uid}]);
+    s.create(T0, &g, "ns", child.clone()).unwrap();
+    assert!(s.peek(&g, "ns", "child").is_some(), "its owner exists");
+    s.delete(T0, &g, "ns", "owner", None, None).unwrap();
+    assert!(s.peek(&g, "ns", "child").is_none());
+    let created = s.create(T0, &g, "ns", child).unwrap();
+    assert_eq!(created["metadata"]["name"], "child", "the create succeeds");
     assert!(
-        s.peek(&g, "other-ns", "elsewhere").is_some(),
-        "a namespaced owner owns nothing outside its namespace"
+        s.peek(&g, "ns", "child").is_none(),
+        "and the collector removes it"
     );
 }
 

@@ -25,6 +25,11 @@ pub(super) struct DrainState {
     /// Untrusted progress: the snapshot of the scan windows being read for their newest
     /// mod revision.
     pub(super) scan: Option<ModScan>,
+    /// Untrusted progress: the revision that snapshot was read at and its key count. Every
+    /// key in it is at or below the target, so once the watermark reaches the target the
+    /// source at the watermark and at the snapshot differ only by deletes, which the count
+    /// shows (see [`Mirror::after_drain_verify`]).
+    snapshot: Option<(i64, i64)>,
     pub(super) counts: Counts,
     pub(super) leased: u64,
     pub(super) verified_at: Option<Instant>,
@@ -39,6 +44,7 @@ impl DrainState {
         self.target = None;
         self.reading = false;
         self.scan = None;
+        self.snapshot = None;
     }
 }
 
@@ -53,6 +59,7 @@ impl Mirror {
                 target: None,
                 reading: false,
                 scan: None,
+                snapshot: None,
                 counts: Counts::default(),
                 leased: 0,
                 verified_at: None,
@@ -127,7 +134,11 @@ impl Mirror {
                 }
                 return;
             }
-            scan.max_mod
+            let (at, count, max_mod) = (scan.at, scan.count, scan.max_mod);
+            if let Some(d) = &mut self.drain {
+                d.snapshot = Some((at, count));
+            }
+            max_mod
         };
         if let Some(d) = &mut self.drain {
             d.reading = false;
@@ -136,6 +147,15 @@ impl Mirror {
         self.status.drain_target_revision = Some(target);
     }
 
+    /// A verification round pinned at the watermark ended.
+    ///
+    /// On a source whose progress cannot be trusted the drain target is the snapshot's
+    /// newest mod revision, so the watermark can reach it while deletes above it are still
+    /// in flight, and an idle range never moves the watermark past a compaction. The drain
+    /// snapshot (revision H, key count) closes both: with every key at H at or below the
+    /// watermark, the source at H is the source at the watermark less the deletes in
+    /// between, so equal counts prove they are the same; and a compacted watermark is
+    /// verified at H instead, by a pass that repairs nothing.
     pub(super) fn after_drain_verify(
         &mut self,
         now: Instant,
@@ -148,14 +168,29 @@ impl Mirror {
         if let Some(w) = &mut self.drain_watch {
             w.unpinned_rounds = if pinned { 0 } else { w.unpinned_rounds + 1 };
         }
+        let w = self.record.as_ref().map_or(0, |r| r.watermark);
+        let snapshot = self.drain.as_ref().and_then(|d| d.snapshot);
         if !pinned {
             // The watermark was compacted, so the round compared against the latest source:
-            // a delete still in flight looks like an orphan and nothing is proven. Read the
-            // drain target again and verify once the watermark reaches it.
+            // a delete still in flight looks like an orphan and nothing is proven.
+            if let Some((at, _)) = snapshot.filter(|(at, _)| *at >= w) {
+                return self.start_pass(now, PassPurpose::DrainSnapshot(at));
+            }
+            // Read the drain target again and verify once the watermark reaches it.
             if let Some(d) = &mut self.drain {
                 d.forget_target();
             }
             return;
+        }
+        if let Some((_, keys)) = snapshot.filter(|(at, _)| *at > w) {
+            if drift == 0 && u64::try_from(keys).ok() != Some(counts.source_key_count) {
+                // Deletes between the watermark and the snapshot have not been applied
+                // yet: wait for the watch, then read the target again.
+                if let Some(d) = &mut self.drain {
+                    d.forget_target();
+                }
+                return;
+            }
         }
         if orphans_left > 0 {
             return self.confirm_verdict(format!(
@@ -163,14 +198,7 @@ impl Mirror {
             ));
         }
         if drift == 0 && pinned {
-            let leased = self.status.lease_backed_key_count;
-            if let Some(d) = &mut self.drain {
-                d.counts = counts;
-                d.leased = leased;
-                d.verified_at = Some(now);
-            }
-            self.work.push_back(Work::Fence(FenceWhy::Cutover));
-            return;
+            return self.queue_cutover(now, counts);
         }
         if round >= MAX_VERIFY_ROUNDS {
             return self.confirm_verdict(format!(
@@ -180,6 +208,36 @@ impl Mirror {
         }
         // Repairs landed; confirm with a clean round before cutting over.
         self.start_pass(now, PassPurpose::DrainVerify(round + 1));
+    }
+
+    /// A clean verification round: flip the fence to Primary.
+    fn queue_cutover(&mut self, now: Instant, counts: Counts) {
+        let leased = self.status.lease_backed_key_count;
+        if let Some(d) = &mut self.drain {
+            d.counts = counts;
+            d.leased = leased;
+            d.verified_at = Some(now);
+        }
+        self.work.push_back(Work::Fence(FenceWhy::Cutover));
+    }
+
+    /// A verification round at the drain snapshot ended (the watermark was compacted). A
+    /// clean round proves the target equals the source there; anything else proves
+    /// nothing, so the target is read again.
+    pub(super) fn after_drain_snapshot(&mut self, now: Instant, counts: Counts, pinned: bool) {
+        let drift = counts.missing + counts.divergent + counts.orphan;
+        let clean = pinned && drift == 0;
+        // Drift here cannot be repaired until a pass pins the watermark: the round counts
+        // as one that could not compare at it.
+        if let Some(w) = &mut self.drain_watch {
+            w.unpinned_rounds = if clean { 0 } else { w.unpinned_rounds + 1 };
+        }
+        if clean {
+            return self.queue_cutover(now, counts);
+        }
+        if let Some(d) = &mut self.drain {
+            d.forget_target();
+        }
     }
 
     /// A verification reads the target unpinned: if another agent took the fence meanwhile,

@@ -93,7 +93,7 @@ impl Mirror {
             return Some((
                 "WatermarkCompacted".into(),
                 format!(
-                    "the drain cannot finish: {unpinned} verification passes in a row found the watermark compacted on the source before they could compare at it. Lengthen the source's compaction retention (or pause its automatic compaction) until the cut-over; the drain retries by itself"
+                    "the drain cannot finish: {unpinned} verification passes in a row found the watermark compacted on the source before they could compare at it (a pass at the drain snapshot above it proves a clean copy but repairs nothing). Lengthen the source's compaction retention (or pause its automatic compaction) until the cut-over; the drain retries by itself"
                 ),
             ));
         }

@@ -14,6 +14,18 @@ pub(super) enum PassPurpose {
     Periodic,
     /// Drain verification, round n (a round that repaired anything is followed by another).
     DrainVerify(u32),
+    /// Drain verification on a source whose progress cannot be trusted, after the
+    /// watermark was compacted: compares against the drain target's snapshot revision
+    /// instead, which is above the watermark, so it repairs nothing (see `drain.rs`).
+    DrainSnapshot(i64),
+}
+
+impl PassPurpose {
+    /// Whether the pass writes repairs: only one pinned at the watermark may, since the
+    /// target must stay "source@W plus drift" for the tail.
+    fn repairs(self) -> bool {
+        !matches!(self, PassPurpose::DrainSnapshot(_))
+    }
 }
 
 /// One side of the merge.
@@ -67,9 +79,12 @@ impl Mirror {
             && self.record.as_ref().is_some_and(|r| r.split.is_none())
     }
 
-    /// Starts a pass pinned at the current watermark.
+    /// Starts a pass pinned at the current watermark (or at the drain snapshot it names).
     pub(super) fn start_pass(&mut self, now: Instant, purpose: PassPurpose) {
-        let at = self.record.as_ref().map_or(0, |r| r.watermark);
+        let at = match purpose {
+            PassPurpose::DrainSnapshot(at) => at,
+            _ => self.record.as_ref().map_or(0, |r| r.watermark),
+        };
         self.pass_seq += 1;
         self.pass = Some(Pass {
             seq: self.pass_seq,
@@ -254,6 +269,7 @@ impl Mirror {
             (None, None) => return Ok(()),
         };
         let in_flight = |kv: &KeyValue, p: &Pass| !p.pinned && kv.mod_revision > p.at;
+        let repair = p.purpose.repairs();
         match order {
             std::cmp::Ordering::Equal => {
                 let s = p.src.buf.pop_front().expect("s_key was Some");
@@ -263,10 +279,12 @@ impl Mirror {
                 p.leased += u64::from(s.lease != 0);
                 if s.value != t.value && !in_flight(&s, p) {
                     p.counts.divergent += 1;
-                    p.repairs.push(TxnOp::Put {
-                        key: t.key,
-                        value: s.value,
-                    });
+                    if repair {
+                        p.repairs.push(TxnOp::Put {
+                            key: t.key,
+                            value: s.value,
+                        });
+                    }
                 }
             }
             std::cmp::Ordering::Less => {
@@ -275,11 +293,13 @@ impl Mirror {
                 p.leased += u64::from(s.lease != 0);
                 if !in_flight(&s, p) {
                     p.counts.missing += 1;
-                    let key = s_key.expect("checked above");
-                    p.repairs.push(TxnOp::Put {
-                        key,
-                        value: s.value,
-                    });
+                    if repair {
+                        let key = s_key.expect("checked above");
+                        p.repairs.push(TxnOp::Put {
+                            key,
+                            value: s.value,
+                        });
+                    }
                 }
             }
             std::cmp::Ordering::Greater => {
@@ -288,7 +308,7 @@ impl Mirror {
                 p.counts.orphan += 1;
                 // Unpinned, a target key absent from the latest source may be a delete in
                 // flight; only a pinned pass can call it an orphan with certainty.
-                if p.delete_orphans && p.pinned {
+                if p.delete_orphans && p.pinned && repair {
                     p.repairs.push(TxnOp::Delete {
                         key: t.key,
                         range_end: Vec::new(),
@@ -338,8 +358,12 @@ impl Mirror {
         }
         let p = self.pass.take().expect("checked Some just above");
         let mut counts = p.counts;
-        counts.repaired = counts.missing + counts.divergent + (counts.orphan - p.orphans_left);
         let drift = counts.missing + counts.divergent + counts.orphan;
+        counts.repaired = if p.purpose.repairs() {
+            drift - p.orphans_left
+        } else {
+            0
+        };
         // Counts, time and drift are published together.
         self.status.last_counts = Some(counts);
         self.status.last_drift = Some(counts);
@@ -358,7 +382,7 @@ impl Mirror {
                 counts.missing, counts.divergent, counts.orphan, p.at, p.pinned
             ),
         );
-        let held = p.orphans_left == 0 && p.pinned;
+        let held = p.pinned && counts.repaired == drift;
         self.status.set_condition(
             now,
             C::InvariantsHeld,
@@ -366,6 +390,11 @@ impl Mirror {
             if held { "Verified" } else { "Unverified" },
             if held {
                 String::new()
+            } else if !p.purpose.repairs() {
+                format!(
+                    "the drain compared the target with the source snapshot at revision {} and found drift it does not repair there (the watermark is below it)",
+                    p.at
+                )
             } else if p.orphans_left > 0 {
                 format!(
                     "{} orphan keys left in the target (reconciliation.deleteOrphans is false)",
@@ -376,8 +405,12 @@ impl Mirror {
             },
         );
         self.arm_reconcile(now);
-        if let PassPurpose::DrainVerify(round) = p.purpose {
-            self.after_drain_verify(now, round, counts, p.orphans_left, p.pinned);
+        match p.purpose {
+            PassPurpose::Periodic => {}
+            PassPurpose::DrainVerify(round) => {
+                self.after_drain_verify(now, round, counts, p.orphans_left, p.pinned)
+            }
+            PassPurpose::DrainSnapshot(_) => self.after_drain_snapshot(now, counts, p.pinned),
         }
     }
 
