@@ -600,7 +600,7 @@ fn drain_refuses_to_cut_over_with_orphans_left() {
     assert!(next.is_empty());
     match h.stopped() {
         Some(StopReason::Failed { kind, message }) => {
-            assert_eq!(kind, FailKind::Permanent);
+            assert_eq!(kind, FailKind::DrainOrphans);
             assert!(message.contains("deleteOrphans"), "{message}")
         }
         other => panic!("{other:?}"),

@@ -38,10 +38,6 @@ const SYNC_TICK: u64 = 100 * MS;
 const LIVENESS_TICK: u64 = 1_000 * MS;
 /// Commands one agent may emit at one instant before the run is declared a busy loop.
 const MAX_OUTPUTS_PER_DRIVE: usize = 100_000;
-/// The core's message when a drain verification leaves orphans in place.
-const DRAIN_ORPHANS: &str = "target keys the source does not have";
-/// The core's message when drain verification keeps finding drift.
-const DRAIN_STILL_DRIFT: &str = "drain verification still found drift";
 
 /// `Ev::Arrive::deadline_at` of a request that arrives after its deadline reply was sent.
 const LATE: u64 = u64::MAX;
@@ -888,7 +884,13 @@ impl World {
             return Some("PrefixConflict: another link's fence in the target range".into());
         }
         let refused_orphans = self.agents.iter().any(|a| {
-            matches!(&a.stopped, Some(StopReason::Failed { kind: FailKind::Permanent, message }) if message.contains(DRAIN_ORPHANS))
+            matches!(
+                &a.stopped,
+                Some(StopReason::Failed {
+                    kind: FailKind::DrainOrphans,
+                    ..
+                })
+            )
         });
         if all_stopped && refused_orphans && self.live_orphans() {
             return Some("drain refused: orphans and no deleteOrphans".into());
@@ -1330,9 +1332,9 @@ impl World {
                 let _ = message;
             }
             StopReason::Failed {
-                kind: FailKind::Permanent,
+                kind: FailKind::DrainOrphans,
                 message,
-            } if message.contains(DRAIN_ORPHANS) => {
+            } => {
                 let delete = self.agents[agent as usize]
                     .config
                     .reconciliation
@@ -1351,9 +1353,9 @@ impl World {
                 }
             }
             StopReason::Failed {
-                kind: FailKind::Permanent,
+                kind: FailKind::DrainDrift,
                 message,
-            } if message.contains(DRAIN_STILL_DRIFT) => {
+            } => {
                 let drift_since_drain = match (self.last_drift_ns, self.drain_start()) {
                     (Some(d), Some(r)) => d >= r,
                     _ => false,

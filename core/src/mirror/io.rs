@@ -80,6 +80,12 @@ pub enum FailKind {
     /// The source is not the history the checkpoint's watermark came from (a restore from
     /// an older snapshot, or another cluster behind the same address and cluster ID).
     SourceHistoryMismatch,
+    /// A drain found target keys the source does not have and may not delete them
+    /// (`reconciliation.deleteOrphans` is false): cut-over needs an exact copy.
+    DrainOrphans,
+    /// A drain still found drift after its last verification round: something else
+    /// writes the target range.
+    DrainDrift,
 }
 
 impl FailKind {
@@ -95,6 +101,8 @@ impl FailKind {
             FailKind::TooLarge => "TooLarge",
             FailKind::Permanent => "Permanent",
             FailKind::SourceHistoryMismatch => "SourceHistoryMismatch",
+            FailKind::DrainOrphans => "DrainOrphans",
+            FailKind::DrainDrift => "DrainDrift",
         }
     }
 }

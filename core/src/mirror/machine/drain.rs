@@ -35,7 +35,7 @@ pub(super) struct DrainState {
     pub(super) verified_at: Option<Instant>,
     /// A verdict that stops the drain, waiting for the fence read that confirms the target
     /// the verification read was still ours.
-    verdict: Option<String>,
+    verdict: Option<(FailKind, String)>,
 }
 
 impl DrainState {
@@ -193,7 +193,7 @@ impl Mirror {
             }
         }
         if orphans_left > 0 {
-            return self.confirm_verdict(format!(
+            return self.confirm_verdict(FailKind::DrainOrphans, format!(
                 "drain verification found {orphans_left} target keys the source does not have; cut-over needs an exact copy. Set reconciliation.deleteOrphans: true (or remove them) and drain again"
             ));
         }
@@ -201,7 +201,7 @@ impl Mirror {
             return self.queue_cutover(now, counts);
         }
         if round >= MAX_VERIFY_ROUNDS {
-            return self.confirm_verdict(format!(
+            return self.confirm_verdict(FailKind::DrainDrift, format!(
                 "drain verification still found drift after {round} rounds (last: missing {}, divergent {}, orphan {}); something else writes the target range",
                 counts.missing, counts.divergent, counts.orphan
             ));
@@ -243,16 +243,16 @@ impl Mirror {
     /// A verification reads the target unpinned: if another agent took the fence meanwhile,
     /// what it wrote looks like drift of ours. So a verdict that would stop the drain waits
     /// for a fence read; it stands only if the fence is still the record we wrote.
-    fn confirm_verdict(&mut self, message: String) {
+    fn confirm_verdict(&mut self, kind: FailKind, message: String) {
         if let Some(d) = &mut self.drain {
-            d.verdict = Some(message);
+            d.verdict = Some((kind, message));
         }
         let cmd = self.fence_read_cmd();
         self.issue(Job::ConfirmVerdict, cmd);
     }
 
     pub(super) fn on_verdict_fence(&mut self, now: Instant, r: RangeReply) {
-        let Some(message) = self.drain.as_mut().and_then(|d| d.verdict.take()) else {
+        let Some((kind, message)) = self.drain.as_mut().and_then(|d| d.verdict.take()) else {
             return;
         };
         // Our holder nonce, not our last mod revision: a write of ours may land meanwhile.
@@ -262,7 +262,7 @@ impl Mirror {
             .find(|kv| self.keys.is_checkpoint(&kv.key))
             .and_then(|kv| Checkpoint::decode(&kv.value).ok());
         if fence.as_ref().is_some_and(|c| c.holder == self.holder) {
-            return self.fail(now, FailKind::Permanent, message);
+            return self.fail(now, kind, message);
         }
         let now_holds = fence.map_or_else(
             || "nobody".to_string(),
