@@ -373,13 +373,22 @@ async fn the_operator_runs_one_agent_per_etcdmirror() {
 
     // Deleting an EtcdMirror removes its agent objects, and its running agent stops.
     ok(&kc, &["delete", "etcdmirror", "b", "-n", "mirrors"]);
-    eventually("b's agent objects removed", 30 * SEC, || {
+    let left = || -> Vec<&str> {
         ["deployment", "serviceaccount", "role", "rolebinding"]
-            .iter()
-            .all(|k| get_json(&kc, &[k, "tidemark-mirror-b", "-n", "mirrors"]).is_none())
-            .then_some(())
-    })
-    .await;
+            .into_iter()
+            .filter(|k| get_json(&kc, &[k, "tidemark-mirror-b", "-n", "mirrors"]).is_some())
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + 60 * SEC;
+    while !left().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let still = left();
+    assert!(
+        still.is_empty(),
+        "b's agent objects still there after 60s: {still:?}\noperator logs:\n{}",
+        ops.iter().map(|o| o.log()).collect::<Vec<_>>().join("\n---\n")
+    );
     let exit = agent_b.exit_within(30 * SEC).await;
     assert!(exit.success(), "agent b: {exit}\n{}", agent_b.log());
     assert!(deployment("tidemark-mirror-a").is_some());
