@@ -1,44 +1,66 @@
 //! Endpoint URL checks: scheme, host and port, never echoing credentials.
 
+use thiserror::Error;
+
+/// Why an `endpointList` URL was refused. Each message shows the URL cut to 100
+/// characters, except [`EndpointUrlError::Credentials`], which never shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub(super) enum EndpointUrlError {
+    /// `user:password@` in the URL.
+    #[error(
+        "contains credentials (user:password@); remove them from the URL and use \
+                    auth.username with auth.passwordFile (or auth.secretRef)"
+    )]
+    Credentials,
+    /// Not `http://` or `https://`.
+    #[error("{0:?} is not an http:// or https:// URL with a host and port")]
+    NotHttp(String),
+    /// A path, query, fragment, whitespace or control character after the scheme.
+    #[error("{0:?} must be scheme://host:port with no path, query, fragment or whitespace")]
+    NotHostPort(String),
+    /// `[` with no `]`.
+    #[error("{0:?} has an unclosed IPv6 bracket")]
+    UnclosedBracket(String),
+    /// Brackets around something that is not an IPv6 address.
+    #[error("{0:?} has an invalid IPv6 address")]
+    InvalidIpv6(String),
+    /// A port that is not 1..65535.
+    #[error("{0:?} has an invalid port (use 1..65535)")]
+    InvalidPort(String),
+    /// An empty host, or one with a `:` in it.
+    #[error("{0:?} has no valid host")]
+    NoHost(String),
+}
+
 /// Checks one endpoint URL: `http://` or `https://`, a host, an optional numeric port and
 /// nothing else. Returns the scheme, or the problem. The message never repeats a URL that
 /// carries credentials, so a password cannot reach a log through it.
-pub(super) fn endpoint_url(full: &str) -> Result<&'static str, String> {
+pub(super) fn endpoint_url(full: &str) -> Result<&'static str, EndpointUrlError> {
     if full.contains('@') {
-        return Err(
-            "contains credentials (user:password@); remove them from the URL and use \
-                    auth.username with auth.passwordFile (or auth.secretRef)"
-                .into(),
-        );
+        return Err(EndpointUrlError::Credentials);
     }
     let url = shown(full);
     let url = url.as_str();
     let (scheme, rest) = match full.split_once("://") {
         Some(("http", rest)) => ("http", rest),
         Some(("https", rest)) => ("https", rest),
-        _ => {
-            return Err(format!(
-                "{url:?} is not an http:// or https:// URL with a host and port"
-            ))
-        }
+        _ => return Err(EndpointUrlError::NotHttp(url.to_string())),
     };
     let authority = rest.strip_suffix('/').unwrap_or(rest);
     if authority
         .bytes()
         .any(|b| b.is_ascii_whitespace() || b.is_ascii_control() || b"/?#\\".contains(&b))
     {
-        return Err(format!(
-            "{url:?} must be scheme://host:port with no path, query, fragment or whitespace"
-        ));
+        return Err(EndpointUrlError::NotHostPort(url.to_string()));
     }
     let host = match authority.strip_prefix('[') {
         Some(v6) => {
             let Some((addr, after)) = v6.split_once(']') else {
-                return Err(format!("{url:?} has an unclosed IPv6 bracket"));
+                return Err(EndpointUrlError::UnclosedBracket(url.to_string()));
             };
             // Pure text parsing of the address (no lookup, no IO): the core stays IO-free.
             if addr.parse::<std::net::Ipv6Addr>().is_err() {
-                return Err(format!("{url:?} has an invalid IPv6 address"));
+                return Err(EndpointUrlError::InvalidIpv6(url.to_string()));
             }
             if !after.is_empty() {
                 port_of(url, after.strip_prefix(':').unwrap_or(after))?;
@@ -54,15 +76,15 @@ pub(super) fn endpoint_url(full: &str) -> Result<&'static str, String> {
         },
     };
     if host.is_empty() || host.contains(':') {
-        return Err(format!("{url:?} has no valid host"));
+        return Err(EndpointUrlError::NoHost(url.to_string()));
     }
     Ok(scheme)
 }
 
-fn port_of(url: &str, port: &str) -> Result<(), String> {
+fn port_of(url: &str, port: &str) -> Result<(), EndpointUrlError> {
     match port.parse::<u16>() {
         Ok(p) if p > 0 => Ok(()),
-        _ => Err(format!("{url:?} has an invalid port (use 1..65535)")),
+        _ => Err(EndpointUrlError::InvalidPort(url.to_string())),
     }
 }
 
@@ -94,7 +116,7 @@ mod tests {
             "https://hunter2@h:2379",
             "ftp://user:hunter2@h",
         ] {
-            let e = endpoint_url(bad).unwrap_err();
+            let e = endpoint_url(bad).unwrap_err().to_string();
             assert!(!e.contains("hunter2"), "{e}");
             assert!(e.contains("auth.username"), "{e}");
         }
@@ -110,6 +132,22 @@ mod tests {
         ] {
             assert!(endpoint_url(bad).is_err(), "{bad}");
         }
+        for (bad, want) in [
+            ("ftp://h", "\"ftp://h\" is not an http:// or https:// URL with a host and port"),
+            ("http://h:2379/v3", "\"http://h:2379/v3\" must be scheme://host:port with no path, query, fragment or whitespace"),
+            ("http://[::1:2379", "\"http://[::1:2379\" has an unclosed IPv6 bracket"),
+            ("http://[::g]:2379", "\"http://[::g]:2379\" has an invalid IPv6 address"),
+            ("http://[::1]:0", "\"http://[::1]:0\" has an invalid port (use 1..65535)"),
+            ("http://h:99999", "\"http://h:99999\" has an invalid port (use 1..65535)"),
+            ("http://:2379", "\"http://:2379\" has no valid host"),
+        ] {
+            assert_eq!(endpoint_url(bad).unwrap_err().to_string(), want, "{bad}");
+        }
+        assert_eq!(
+            endpoint_url("http://u:p@h").unwrap_err().to_string(),
+            "contains credentials (user:password@); remove them from the URL and use \
+             auth.username with auth.passwordFile (or auth.secretRef)"
+        );
         let huge = format!("http://{}", "h".repeat(100_000));
         let mut c = valid();
         c.source.endpoint_list = vec![format!("{huge}:x")];

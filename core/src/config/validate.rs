@@ -263,7 +263,7 @@ fn validate_endpoint(side: &str, ep: &EndpointSpec, bad: &mut impl FnMut(&str, S
             Ok(scheme) => {
                 schemes.insert(scheme);
             }
-            Err(problem) => bad(&format!("{side}.endpointList[{i}]"), problem),
+            Err(problem) => bad(&format!("{side}.endpointList[{i}]"), problem.to_string()),
         }
     }
     if schemes.len() > 1 {
