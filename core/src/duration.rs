@@ -3,32 +3,64 @@
 
 use serde::{Deserialize, Deserializer, Serializer};
 use std::time::Duration;
+use thiserror::Error;
+
+/// Why a duration string was refused; the message names the string and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DurationError {
+    /// Nothing but whitespace.
+    #[error("empty duration; use e.g. \"30s\"")]
+    Empty,
+    /// A leading `-`.
+    #[error("negative duration {0:?} is not allowed")]
+    Negative(String),
+    /// A number with no unit after it.
+    #[error("duration {0:?} is missing a unit (ns, us, ms, s, m, h)")]
+    MissingUnit(String),
+    /// A unit with no number before it.
+    #[error("duration {0:?} is malformed; use e.g. \"1m30s\"")]
+    Malformed(String),
+    /// Digits and dots that are not a number.
+    #[error("duration {0:?} has a malformed number")]
+    MalformedNumber(String),
+    /// A unit other than ns, us, µs, ms, s, m, h.
+    #[error("duration {duration:?} has unknown unit {unit:?}")]
+    UnknownUnit {
+        /// The whole duration string.
+        duration: String,
+        /// The unit found.
+        unit: String,
+    },
+    /// Longer than 10^12 seconds.
+    #[error("duration {0:?} is out of range")]
+    OutOfRange(String),
+}
 
 /// Parses a Go duration: a sequence of decimal numbers, each with a unit
 /// (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`). A bare "0" is zero.
-pub fn parse(s: &str) -> Result<Duration, String> {
+pub fn parse(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
     }
     if s.is_empty() {
-        return Err("empty duration; use e.g. \"30s\"".into());
+        return Err(DurationError::Empty);
     }
     if s.starts_with('-') {
-        return Err(format!("negative duration {s:?} is not allowed"));
+        return Err(DurationError::Negative(s.to_string()));
     }
     let mut total: f64 = 0.0;
     let mut rest = s.strip_prefix('+').unwrap_or(s);
     while !rest.is_empty() {
         let num_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("duration {s:?} is missing a unit (ns, us, ms, s, m, h)"))?;
+            .ok_or_else(|| DurationError::MissingUnit(s.to_string()))?;
         if num_len == 0 {
-            return Err(format!("duration {s:?} is malformed; use e.g. \"1m30s\""));
+            return Err(DurationError::Malformed(s.to_string()));
         }
         let num: f64 = rest[..num_len]
             .parse()
-            .map_err(|_| format!("duration {s:?} has a malformed number"))?;
+            .map_err(|_| DurationError::MalformedNumber(s.to_string()))?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -42,12 +74,17 @@ pub fn parse(s: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            _ => return Err(format!("duration {s:?} has unknown unit {unit:?}")),
+            _ => {
+                return Err(DurationError::UnknownUnit {
+                    duration: s.to_string(),
+                    unit: unit.to_string(),
+                })
+            }
         };
         total += num * scale;
     }
     if !total.is_finite() || total > 1e12 {
-        return Err(format!("duration {s:?} is out of range"));
+        return Err(DurationError::OutOfRange(s.to_string()));
     }
     Ok(Duration::from_secs_f64(total))
 }
@@ -109,6 +146,28 @@ mod tests {
         assert!(parse("-1s").is_err());
         assert!(parse("1x").is_err());
         assert!(parse("").is_err());
+    }
+
+    #[test]
+    fn messages_name_the_string_and_the_fix() {
+        for (bad, want) in [
+            ("", "empty duration; use e.g. \"30s\""),
+            ("-1s", "negative duration \"-1s\" is not allowed"),
+            (
+                "10",
+                "duration \"10\" is missing a unit (ns, us, ms, s, m, h)",
+            ),
+            ("s", "duration \"s\" is malformed; use e.g. \"1m30s\""),
+            ("1.2.3s", "duration \"1.2.3s\" has a malformed number"),
+            ("1x", "duration \"1x\" has unknown unit \"x\""),
+            ("1e13h", "duration \"1e13h\" has unknown unit \"e\""),
+            (
+                "999999999999999h",
+                "duration \"999999999999999h\" is out of range",
+            ),
+        ] {
+            assert_eq!(parse(bad).unwrap_err().to_string(), want, "{bad:?}");
+        }
     }
 
     #[test]

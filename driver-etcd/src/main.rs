@@ -181,7 +181,7 @@ struct VerifyArgs {
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    tidemark_core::duration::parse(s)
+    tidemark_core::duration::parse(s).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, clap::Args)]

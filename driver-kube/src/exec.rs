@@ -65,7 +65,7 @@ fn to_json(obj: &DynamicObject) -> Result<Value, KubeError> {
     serde_json::to_value(obj).map_err(|e| KubeError::Other(format!("encoding object: {e}")))
 }
 
-fn view<T>(r: Result<T, String>) -> Result<T, KubeError> {
+fn view<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, KubeError> {
     r.map_err(|why| KubeError::Invalid(format!("malformed object: {why}")))
 }
 

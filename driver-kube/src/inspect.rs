@@ -88,7 +88,7 @@ pub fn secrets_from(text: &str, path: &str) -> Result<Vec<Secret>, InspectError>
         .map(|v| {
             Secret::from_kube_json(v).map_err(|why| InspectError::Object {
                 path: path.to_string(),
-                why,
+                why: why.to_string(),
             })
         })
         .collect()
@@ -102,7 +102,7 @@ pub fn slices_from(text: &str, path: &str) -> Result<Vec<SliceView>, InspectErro
         .map(|v| {
             SliceView::from_kube_json(v).map_err(|why| InspectError::Object {
                 path: path.to_string(),
-                why,
+                why: why.to_string(),
             })
         })
         .collect()
@@ -126,7 +126,7 @@ pub fn composition_from(text: &str, path: &str) -> Result<CompositionView, Inspe
     };
     CompositionView::from_kube_json(one).map_err(|why| InspectError::Object {
         path: path.to_string(),
-        why,
+        why: why.to_string(),
     })
 }
 

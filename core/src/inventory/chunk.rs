@@ -4,7 +4,7 @@
 //! chunks (and the recorder can skip unchanged Secrets byte for byte). Whole entries only:
 //! a chunk is itself a valid `inventory.json`.
 
-use super::entry::Entry;
+use super::entry::{Entry, EntryError};
 use thiserror::Error;
 
 /// Kubernetes' limit on a Secret's data, counted on decoded bytes.
@@ -75,8 +75,19 @@ pub fn chunk_entries(entries: &[Entry], limit: usize) -> Result<Vec<Vec<u8>>, Ch
     Ok(chunks)
 }
 
+/// Why a chunk read back from a Secret could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DecodeChunkError {
+    /// Not a JSON array of entries; carries serde_json's message.
+    #[error("not a JSON array of entries: {0}")]
+    NotEntries(String),
+    /// An entry that fails [`Entry::validate`].
+    #[error(transparent)]
+    Invalid(#[from] EntryError),
+}
+
 /// Decodes one chunk: a JSON array of valid entries.
-pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<Entry>, String> {
+pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<Entry>, DecodeChunkError> {
     let mut entries = Vec::new();
     decode_chunk_into(bytes, &mut entries)?;
     Ok(entries)
@@ -89,7 +100,7 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Vec<Entry>, String> {
 /// Accepts and rejects exactly what `serde_json::from_slice::<Vec<Entry>>` followed by
 /// [`Entry::validate`] on every entry does, with the same error for the same input: syntax
 /// and type errors are reported before any entry is validated.
-pub fn decode_chunk_into(bytes: &[u8], out: &mut Vec<Entry>) -> Result<usize, String> {
+pub fn decode_chunk_into(bytes: &[u8], out: &mut Vec<Entry>) -> Result<usize, DecodeChunkError> {
     let start = out.len();
     let parsed = match std::str::from_utf8(bytes) {
         // One UTF-8 check over the chunk lets serde_json skip re-checking every string.
@@ -99,8 +110,13 @@ pub fn decode_chunk_into(bytes: &[u8], out: &mut Vec<Entry>) -> Result<usize, St
         Err(_) => append_entries(&mut serde_json::Deserializer::from_slice(bytes), out),
     };
     let checked = parsed
-        .map_err(|e| format!("not a JSON array of entries: {e}"))
-        .and_then(|()| out[start..].iter().try_for_each(Entry::validate));
+        .map_err(|e| DecodeChunkError::NotEntries(e.to_string()))
+        .and_then(|()| {
+            out[start..]
+                .iter()
+                .try_for_each(Entry::validate)
+                .map_err(DecodeChunkError::from)
+        });
     match checked {
         Ok(()) => Ok(out.len() - start),
         Err(e) => {
@@ -218,8 +234,11 @@ mod tests {
         let from_slice = serde_json::from_slice::<Vec<Entry>>(raw).map_err(|e| e.to_string());
         let got = decode_chunk(raw);
         assert_eq!(
-            got.as_ref().map(Vec::len),
-            from_slice.as_ref().map(Vec::len)
+            got.as_ref().map(Vec::len).map_err(ToString::to_string),
+            from_slice
+                .as_ref()
+                .map(Vec::len)
+                .map_err(ToString::to_string)
         );
         // In a field that is kept, it is an error either way.
         let raw = b"[{\"version\":\"v1\",\"kind\":\"K\",\"name\":\"\xff\"}]";
@@ -286,7 +305,12 @@ mod tests {
             }
             let reference = serde_json::from_slice::<Vec<Entry>>(&bytes)
                 .map_err(|e| format!("not a JSON array of entries: {e}"))
-                .and_then(|v| v.iter().try_for_each(Entry::validate).map(|()| v));
+                .and_then(|v| {
+                    v.iter()
+                        .try_for_each(Entry::validate)
+                        .map_err(|e| e.to_string())
+                        .map(|()| v)
+                });
             let prior = vec![entry(99, 1)];
             let mut out = prior.clone();
             match decode_chunk_into(&bytes, &mut out) {
@@ -297,7 +321,7 @@ mod tests {
                     prop_assert_eq!(&out[1..], &v[..]);
                 }
                 Err(e) => {
-                    prop_assert_eq!(Err(e), reference);
+                    prop_assert_eq!(Err(e.to_string()), reference);
                     prop_assert_eq!(out, prior);
                 }
             }

@@ -6,7 +6,7 @@
 //! `"reason"` for `InventoryInvalid`. Operators read it with kubectl.
 
 use super::select::Reason;
-use super::timestamp::Timestamp;
+use super::timestamp::{Timestamp, TimestampError};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -91,6 +91,29 @@ pub struct DecisionError {
     pub why: String,
 }
 
+/// Why a well-formed annotation JSON is still not a decision (the `why` of a
+/// [`DecisionError`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+enum WireError {
+    /// `time` is not an RFC 3339 timestamp.
+    #[error(transparent)]
+    Time(#[from] TimestampError),
+    /// `deletions` or `limit` on an outcome other than `Held` (or on `Held` with a reason).
+    #[error("outcome {0:?} with deletions or limit")]
+    UnexpectedCounts(String),
+    /// An unknown outcome, or a reason where none belongs (or none where one does).
+    #[error("outcome {outcome:?} with reason {reason:?}")]
+    UnexpectedReason {
+        /// The outcome's name.
+        outcome: String,
+        /// The reason given.
+        reason: Option<Reason>,
+    },
+    /// `synthesisUUID` is empty.
+    #[error("empty synthesisUUID")]
+    EmptySynthesisUuid,
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Wire {
@@ -136,8 +159,8 @@ impl Decision {
         }
     }
 
-    fn from_wire(w: Wire) -> Result<Decision, String> {
-        let time = Timestamp::parse_rfc3339(&w.time).map_err(|e| e.to_string())?;
+    fn from_wire(w: Wire) -> Result<Decision, WireError> {
+        let time = Timestamp::parse_rfc3339(&w.time)?;
         let outcome = match (w.outcome.as_str(), w.reason, w.deletions, w.limit) {
             ("Held", None, Some(deletions), Some(limit)) => Outcome::Held {
                 tombstones: w.tombstones,
@@ -145,7 +168,7 @@ impl Decision {
                 limit,
             },
             (o, _, Some(_), _) | (o, _, _, Some(_)) => {
-                return Err(format!("outcome {o:?} with deletions or limit"))
+                return Err(WireError::UnexpectedCounts(o.to_string()))
             }
             ("NotNeeded", None, ..) => Outcome::NotNeeded,
             ("Applied", None, ..) => Outcome::Applied(w.tombstones),
@@ -153,10 +176,15 @@ impl Decision {
             ("Skipped", None, ..) => Outcome::Skipped,
             ("InventoryNotFound", None, ..) => Outcome::InventoryNotFound,
             ("InventoryInvalid", Some(r), ..) => Outcome::InventoryInvalid(r),
-            (o, r, ..) => return Err(format!("outcome {o:?} with reason {r:?}")),
+            (o, reason, ..) => {
+                return Err(WireError::UnexpectedReason {
+                    outcome: o.to_string(),
+                    reason,
+                })
+            }
         };
         if w.synthesis_uuid.is_empty() {
-            return Err("empty synthesisUUID".into());
+            return Err(WireError::EmptySynthesisUuid);
         }
         Ok(Decision {
             synthesis_uuid: w.synthesis_uuid,
@@ -178,7 +206,7 @@ impl Decision {
             why,
         };
         let w: Wire = serde_json::from_str(value).map_err(|e| err(e.to_string()))?;
-        Decision::from_wire(w).map_err(err)
+        Decision::from_wire(w).map_err(|e| err(e.to_string()))
     }
 }
 
@@ -257,5 +285,37 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.outcome, Outcome::Applied(1));
+    }
+
+    #[test]
+    fn wire_messages_are_stable() {
+        let why = |v: &str| Decision::parse(v).unwrap_err().why;
+        let t = r#""time":"2026-12-02T14:03:04Z""#;
+        assert_eq!(
+            why(&format!(
+                r#"{{"synthesisUUID":"u","outcome":"Held","tombstones":3,{t}}}"#
+            )),
+            "outcome \"Held\" with reason None"
+        );
+        assert_eq!(
+            why(&format!(
+                r#"{{"synthesisUUID":"u","outcome":"Nope","reason":"HashMismatch","tombstones":0,{t}}}"#
+            )),
+            "outcome \"Nope\" with reason Some(HashMismatch)"
+        );
+        assert_eq!(
+            why(&format!(
+                r#"{{"synthesisUUID":"u","outcome":"Applied","tombstones":3,"limit":1,{t}}}"#
+            )),
+            "outcome \"Applied\" with deletions or limit"
+        );
+        assert_eq!(
+            why(&format!(
+                r#"{{"synthesisUUID":"","outcome":"Applied","tombstones":1,{t}}}"#
+            )),
+            "empty synthesisUUID"
+        );
+        let e = why(r#"{"synthesisUUID":"u","outcome":"Applied","tombstones":1,"time":"x"}"#);
+        assert!(e.starts_with("invalid RFC 3339 timestamp \"x\""), "{e}");
     }
 }

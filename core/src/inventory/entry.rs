@@ -107,18 +107,18 @@ impl Entry {
 
     /// Checks what a chunk read back from a Secret must satisfy to be trusted: non-empty
     /// version, kind and name, and a non-empty namespace when one is given.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), EntryError> {
         if self.version.is_empty() {
-            return Err(format!("entry {:?} has an empty version", self.name));
+            return Err(EntryError::EmptyVersion(self.name.clone()));
         }
         if self.kind.is_empty() {
-            return Err(format!("entry {:?} has an empty kind", self.name));
+            return Err(EntryError::EmptyKind(self.name.clone()));
         }
         if self.name.is_empty() {
-            return Err(format!("a {} entry has an empty name", self.kind));
+            return Err(EntryError::EmptyName(self.kind.clone()));
         }
         if self.namespace.as_deref() == Some("") {
-            return Err(format!("entry {:?} has an empty namespace", self.name));
+            return Err(EntryError::EmptyNamespace(self.name.clone()));
         }
         Ok(())
     }
@@ -145,6 +145,76 @@ impl Entry {
     }
 }
 
+/// Why an entry read back from a Secret is not trusted.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum EntryError {
+    /// The entry (named) has no version.
+    #[error("entry {0:?} has an empty version")]
+    EmptyVersion(String),
+    /// The entry (named) has no kind.
+    #[error("entry {0:?} has an empty kind")]
+    EmptyKind(String),
+    /// An entry of this kind has no name.
+    #[error("a {0} entry has an empty name")]
+    EmptyName(String),
+    /// The entry (named) has `namespace: ""` rather than none.
+    #[error("entry {0:?} has an empty namespace")]
+    EmptyNamespace(String),
+}
+
+/// Why an `apiVersion` is not `version` or `group/version`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ApiVersionError {
+    /// `/v1`.
+    #[error("apiVersion {0:?} has an empty group")]
+    EmptyGroup(String),
+    /// Empty, `apps/`, or more than one `/`.
+    #[error("apiVersion {0:?} is not group/version")]
+    NotGroupVersion(String),
+}
+
+/// Why a `labels`/`annotations`-style map of a Kubernetes object is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum StringMapError {
+    /// A value that is not a string.
+    #[error("{what}[{key:?}] is not a string")]
+    NotAString {
+        /// The map, e.g. `metadata.labels`.
+        what: String,
+        /// The key whose value is not a string.
+        key: String,
+    },
+    /// The map is something other than an object.
+    #[error("{0} is not an object")]
+    NotAnObject(String),
+}
+
+/// Why one manifest could not be parsed (the `why` of a [`ManifestError`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ParseManifestError {
+    /// Not JSON at all; carries serde_json's message.
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    /// JSON, but not an object.
+    #[error("manifest is not a JSON object")]
+    NotAnObject,
+    /// A required field (`apiVersion`, `kind`, `metadata`, `metadata.name`) is missing.
+    #[error("missing {0}")]
+    Missing(&'static str),
+    /// An Eno Patch with no `patch` field.
+    #[error("Patch without a patch field")]
+    PatchWithoutPatch,
+    /// An Eno Patch whose `patch` lacks `apiVersion` or `kind`.
+    #[error("Patch without {0}")]
+    PatchWithout(&'static str),
+    /// A bad `apiVersion` (the object's or the patch target's).
+    #[error(transparent)]
+    ApiVersion(#[from] ApiVersionError),
+    /// Bad `metadata.labels` or `metadata.annotations`.
+    #[error(transparent)]
+    Map(#[from] StringMapError),
+}
+
 /// Why a manifest from a ResourceSlice could not be understood.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("slice {slice:?} resource #{index}: {why}")]
@@ -167,18 +237,18 @@ pub enum ParsedManifest {
 }
 
 /// Splits `apiVersion` into (group, version): `v1` => ("", "v1"), `apps/v1` => ("apps", "v1").
-pub fn split_api_version(api_version: &str) -> Result<(String, String), String> {
+pub fn split_api_version(api_version: &str) -> Result<(String, String), ApiVersionError> {
     let (group, version) = match api_version.split_once('/') {
         None => ("", api_version),
         Some((g, v)) => {
             if g.is_empty() {
-                return Err(format!("apiVersion {api_version:?} has an empty group"));
+                return Err(ApiVersionError::EmptyGroup(api_version.to_string()));
             }
             (g, v)
         }
     };
     if version.is_empty() || version.contains('/') {
-        return Err(format!("apiVersion {api_version:?} is not group/version"));
+        return Err(ApiVersionError::NotGroupVersion(api_version.to_string()));
     }
     Ok((group.to_string(), version.to_string()))
 }
@@ -187,19 +257,24 @@ fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str)
 }
 
-fn string_map(v: Option<&Value>, what: &str) -> Result<BTreeMap<String, String>, String> {
+/// A map of strings at `v`, named `what` in messages; absent or null is empty.
+pub(crate) fn string_map(
+    v: Option<&Value>,
+    what: &str,
+) -> Result<BTreeMap<String, String>, StringMapError> {
     let mut out = BTreeMap::new();
     match v {
         None | Some(Value::Null) => {}
         Some(Value::Object(m)) => {
             for (k, val) in m {
-                let s = val
-                    .as_str()
-                    .ok_or_else(|| format!("{what}[{k:?}] is not a string"))?;
+                let s = val.as_str().ok_or_else(|| StringMapError::NotAString {
+                    what: what.to_string(),
+                    key: k.clone(),
+                })?;
                 out.insert(k.clone(), s.to_string());
             }
         }
-        Some(_) => return Err(format!("{what} is not an object")),
+        Some(_) => return Err(StringMapError::NotAnObject(what.to_string())),
     }
     Ok(out)
 }
@@ -207,29 +282,33 @@ fn string_map(v: Option<&Value>, what: &str) -> Result<BTreeMap<String, String>,
 /// Parses one manifest (a JSON Kubernetes object, as Eno stores in
 /// `ResourceSlice.spec.resources[].manifest`). YAML manifests must be converted to JSON by the
 /// driver first (core has no YAML parser).
-pub fn parse_manifest(manifest: &str) -> Result<ParsedManifest, String> {
-    let v: Value = serde_json::from_str(manifest).map_err(|e| format!("not JSON: {e}"))?;
+pub fn parse_manifest(manifest: &str) -> Result<ParsedManifest, ParseManifestError> {
+    use ParseManifestError::{Missing, PatchWithout};
+    let v: Value =
+        serde_json::from_str(manifest).map_err(|e| ParseManifestError::NotJson(e.to_string()))?;
     if !v.is_object() {
-        return Err("manifest is not a JSON object".into());
+        return Err(ParseManifestError::NotAnObject);
     }
-    let api_version = str_field(&v, "apiVersion").ok_or("missing apiVersion")?;
+    let api_version = str_field(&v, "apiVersion").ok_or(Missing("apiVersion"))?;
     let kind = str_field(&v, "kind")
         .filter(|k| !k.is_empty())
-        .ok_or("missing kind")?;
-    let meta = v.get("metadata").ok_or("missing metadata")?;
+        .ok_or(Missing("kind"))?;
+    let meta = v.get("metadata").ok_or(Missing("metadata"))?;
     let name = str_field(meta, "name")
         .filter(|n| !n.is_empty())
-        .ok_or("missing metadata.name")?;
+        .ok_or(Missing("metadata.name"))?;
     let namespace = str_field(meta, "namespace")
         .filter(|n| !n.is_empty())
         .map(str::to_string);
     if api_version == PATCH_API_VERSION && kind == PATCH_KIND {
         // Eno's Patch: metadata names the target; `patch.apiVersion`/`patch.kind` its type.
-        let patch = v.get("patch").ok_or("Patch without a patch field")?;
-        let tav = str_field(patch, "apiVersion").ok_or("Patch without patch.apiVersion")?;
+        let patch = v
+            .get("patch")
+            .ok_or(ParseManifestError::PatchWithoutPatch)?;
+        let tav = str_field(patch, "apiVersion").ok_or(PatchWithout("patch.apiVersion"))?;
         let tkind = str_field(patch, "kind")
             .filter(|k| !k.is_empty())
-            .ok_or("Patch without patch.kind")?;
+            .ok_or(PatchWithout("patch.kind"))?;
         let (group, _) = split_api_version(tav)?;
         return Ok(ParsedManifest::Patch(Identity {
             group,
@@ -274,7 +353,7 @@ pub fn entries_from_slices(slices: &[SliceView]) -> Result<Vec<Entry>, ManifestE
             let parsed = parse_manifest(&res.manifest).map_err(|why| ManifestError {
                 slice: slice.name.clone(),
                 index,
-                why,
+                why: why.to_string(),
             })?;
             if let (ParsedManifest::Resource(e), false) = (parsed, res.deleted) {
                 out.push(e);
@@ -293,7 +372,7 @@ pub fn present_identities(slices: &[SliceView]) -> Result<BTreeSet<Identity>, Ma
             let parsed = parse_manifest(&res.manifest).map_err(|why| ManifestError {
                 slice: slice.name.clone(),
                 index,
-                why,
+                why: why.to_string(),
             })?;
             out.insert(match parsed {
                 ParsedManifest::Resource(e) => e.identity(),
@@ -408,6 +487,63 @@ mod tests {
         assert!(e.validate().is_ok());
         let bad: Entry =
             serde_json::from_str(r#"{"group":"","version":"","kind":"X","name":"n"}"#).unwrap();
-        assert!(bad.validate().is_err());
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "entry \"n\" has an empty version"
+        );
+    }
+
+    #[test]
+    fn manifest_messages_are_stable() {
+        let patch = |p: &str| {
+            format!(
+                r#"{{"apiVersion":"eno.azure.io/v1","kind":"Patch","metadata":{{"name":"a"}}{p}}}"#
+            )
+        };
+        for (bad, want) in [
+            ("[]".to_string(), "manifest is not a JSON object"),
+            (
+                r#"{"kind":"X","metadata":{"name":"a"}}"#.into(),
+                "missing apiVersion",
+            ),
+            (
+                r#"{"apiVersion":"v1","metadata":{"name":"a"}}"#.into(),
+                "missing kind",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"X"}"#.into(),
+                "missing metadata",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"X","metadata":{}}"#.into(),
+                "missing metadata.name",
+            ),
+            (
+                r#"{"apiVersion":"/v1","kind":"X","metadata":{"name":"a"}}"#.into(),
+                "apiVersion \"/v1\" has an empty group",
+            ),
+            (
+                r#"{"apiVersion":"a/b/c","kind":"X","metadata":{"name":"a"}}"#.into(),
+                "apiVersion \"a/b/c\" is not group/version",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"X","metadata":{"name":"a","labels":{"l":1}}}"#.into(),
+                "metadata.labels[\"l\"] is not a string",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"X","metadata":{"name":"a","annotations":[]}}"#.into(),
+                "metadata.annotations is not an object",
+            ),
+            (patch(""), "Patch without a patch field"),
+            (patch(r#","patch":{}"#), "Patch without patch.apiVersion"),
+            (
+                patch(r#","patch":{"apiVersion":"v1"}"#),
+                "Patch without patch.kind",
+            ),
+        ] {
+            assert_eq!(parse_manifest(&bad).unwrap_err().to_string(), want, "{bad}");
+        }
+        let e = parse_manifest("junk").unwrap_err().to_string();
+        assert!(e.starts_with("not JSON: "), "{e}");
     }
 }

@@ -425,7 +425,11 @@ impl Recorder {
         };
         let ordered = match ordered_slices(&cur.resource_slice_names, slices) {
             Ok(o) => o,
-            Err(detail) => return self.stop(RecordOutcome::SlicesUnusable { detail }),
+            Err(e) => {
+                return self.stop(RecordOutcome::SlicesUnusable {
+                    detail: e.to_string(),
+                })
+            }
         };
         let entries = match entries_from_slices(&ordered) {
             Ok(e) => e,
@@ -642,18 +646,29 @@ impl Recorder {
     }
 }
 
+/// Why the slices a synthesis names cannot be read: one is missing or going away.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SliceOrderError {
+    /// The named slice was not listed.
+    #[error("ResourceSlice {0} is missing")]
+    Missing(String),
+    /// The named slice has a deletion timestamp.
+    #[error("ResourceSlice {0} is terminating")]
+    Terminating(String),
+}
+
 /// The slices named by the synthesis, in its order; missing or terminating ones are errors.
 pub(crate) fn ordered_slices(
     names: &[String],
     slices: Vec<SliceView>,
-) -> Result<Vec<SliceView>, String> {
+) -> Result<Vec<SliceView>, SliceOrderError> {
     let mut by_name: BTreeMap<String, SliceView> =
         slices.into_iter().map(|s| (s.name.clone(), s)).collect();
     let mut out = Vec::with_capacity(names.len());
     for n in names {
         match by_name.remove(n) {
-            None => return Err(format!("ResourceSlice {n} is missing")),
-            Some(s) if s.terminating => return Err(format!("ResourceSlice {n} is terminating")),
+            None => return Err(SliceOrderError::Missing(n.clone())),
+            Some(s) if s.terminating => return Err(SliceOrderError::Terminating(n.clone())),
             Some(s) => out.push(s),
         }
     }

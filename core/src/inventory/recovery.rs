@@ -540,6 +540,7 @@ impl Recovery {
             .map(|s| s.resource_slice_names.clone())
             .unwrap_or_default();
         let present = ordered_slices(&names, slices)
+            .map_err(|e| e.to_string())
             .and_then(|s| present_identities(&s).map_err(|e| e.to_string()));
         match present {
             Ok(p) => {

@@ -7,6 +7,7 @@
 
 use super::chunk::{chunk_entries, secret_name, ChunkError};
 use super::entry::Entry;
+use super::entry::StringMapError;
 use super::timestamp::Timestamp;
 use super::view::meta_map;
 use super::*;
@@ -75,28 +76,68 @@ mod b64_map {
     }
 }
 
+/// Why Kubernetes JSON could not be read as a [`Secret`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// No `metadata` at all.
+    #[error("Secret without metadata")]
+    WithoutMetadata,
+    /// No `metadata.name`.
+    #[error("Secret without metadata.name")]
+    WithoutName,
+    /// A `data` value that is not a string.
+    #[error("Secret {name}: data[{key:?}] is not a string")]
+    DataNotAString {
+        /// The Secret.
+        name: String,
+        /// The `data` key.
+        key: String,
+    },
+    /// A `data` value that is not base64.
+    #[error("Secret {name}: data[{key:?}] is not base64: {why}")]
+    DataNotBase64 {
+        /// The Secret.
+        name: String,
+        /// The `data` key.
+        key: String,
+        /// The decoder's complaint.
+        why: base64::DecodeError,
+    },
+    /// `data` is neither an object nor null.
+    #[error("Secret {0}: data is not an object")]
+    DataNotAnObject(String),
+    /// Bad `metadata.labels` or `metadata.annotations`.
+    #[error(transparent)]
+    Metadata(#[from] StringMapError),
+}
+
 impl Secret {
     /// Maps a Secret as the API server (or `kubectl get -o json|yaml`) prints it: `data`
     /// values base64, `stringData` ignored (the server never returns it).
-    pub fn from_kube_json(v: &Value) -> Result<Secret, String> {
-        let meta = v.get("metadata").ok_or("Secret without metadata")?;
+    pub fn from_kube_json(v: &Value) -> Result<Secret, SecretError> {
+        let meta = v.get("metadata").ok_or(SecretError::WithoutMetadata)?;
         let st = |k: &str| meta.get(k).and_then(Value::as_str).map(str::to_string);
-        let name = st("name").ok_or("Secret without metadata.name")?;
+        let name = st("name").ok_or(SecretError::WithoutName)?;
         let mut data = BTreeMap::new();
         match v.get("data") {
             None | Some(Value::Null) => {}
             Some(Value::Object(m)) => {
                 for (k, val) in m {
-                    let enc = val
-                        .as_str()
-                        .ok_or_else(|| format!("Secret {name}: data[{k:?}] is not a string"))?;
-                    let dec = STANDARD
-                        .decode(enc.as_bytes())
-                        .map_err(|e| format!("Secret {name}: data[{k:?}] is not base64: {e}"))?;
+                    let enc = val.as_str().ok_or_else(|| SecretError::DataNotAString {
+                        name: name.clone(),
+                        key: k.clone(),
+                    })?;
+                    let dec = STANDARD.decode(enc.as_bytes()).map_err(|why| {
+                        SecretError::DataNotBase64 {
+                            name: name.clone(),
+                            key: k.clone(),
+                            why,
+                        }
+                    })?;
                     data.insert(k.clone(), dec);
                 }
             }
-            Some(_) => return Err(format!("Secret {name}: data is not an object")),
+            Some(_) => return Err(SecretError::DataNotAnObject(name)),
         }
         Ok(Secret {
             namespace: st("namespace").unwrap_or_default(),
@@ -267,6 +308,33 @@ mod tests {
             synthesis_uuid: "uuid-1".into(),
             synthesized: Timestamp::parse_rfc3339("2026-12-02T14:03:04.123456789Z").unwrap(),
         }
+    }
+
+    #[test]
+    fn from_kube_json_messages_are_stable() {
+        let e = |v: Value| Secret::from_kube_json(&v).unwrap_err().to_string();
+        assert_eq!(e(serde_json::json!({})), "Secret without metadata");
+        assert_eq!(
+            e(serde_json::json!({"metadata": {}})),
+            "Secret without metadata.name"
+        );
+        assert_eq!(
+            e(serde_json::json!({"metadata": {"name": "s"}, "data": {"k": 1}})),
+            "Secret s: data[\"k\"] is not a string"
+        );
+        let b64 = e(serde_json::json!({"metadata": {"name": "s"}, "data": {"k": "!"}}));
+        assert!(
+            b64.starts_with("Secret s: data[\"k\"] is not base64: "),
+            "{b64}"
+        );
+        assert_eq!(
+            e(serde_json::json!({"metadata": {"name": "s"}, "data": 5})),
+            "Secret s: data is not an object"
+        );
+        assert_eq!(
+            e(serde_json::json!({"metadata": {"name": "s", "labels": []}})),
+            "metadata.labels is not an object"
+        );
     }
 
     #[test]

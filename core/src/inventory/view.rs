@@ -10,10 +10,41 @@
 //! (metav1.Time, set once Ready), `resourceSlices: [{name}]`; ResourceSlice
 //! `spec.resources[]{manifest, deleted}`.
 
-use super::timestamp::Timestamp;
+use super::entry::{string_map, StringMapError};
+use super::timestamp::{Timestamp, TimestampError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use thiserror::Error;
+
+/// Why Kubernetes JSON could not be read as a Composition, synthesis, slice or object view.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ViewError {
+    /// `synthesized` is a string but not an RFC 3339 time.
+    #[error("synthesis.synthesized: {0}")]
+    Synthesized(TimestampError),
+    /// `synthesized` is neither a string nor null.
+    #[error("synthesis.synthesized is not a string")]
+    SynthesizedNotAString,
+    /// `resourceSlices` is neither a list nor null.
+    #[error("synthesis.resourceSlices is not a list")]
+    ResourceSlicesNotAList,
+    /// An element of `resourceSlices` has no `name`.
+    #[error("resourceSlices[] without a name")]
+    ResourceSliceWithoutName,
+    /// A Composition with no `metadata.name`.
+    #[error("Composition without metadata.name")]
+    CompositionWithoutName,
+    /// A ResourceSlice with no `metadata.name`.
+    #[error("ResourceSlice without metadata.name")]
+    SliceWithoutName,
+    /// The named slice's `spec.resources` is neither a list nor null.
+    #[error("slice {0}: spec.resources is not a list")]
+    ResourcesNotAList(String),
+    /// Bad `metadata.labels` or `metadata.annotations`.
+    #[error(transparent)]
+    Metadata(#[from] StringMapError),
+}
 
 /// What inventory needs to know about an Eno Composition.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -104,40 +135,28 @@ fn present(v: &Value, path: &[&str]) -> bool {
 }
 
 /// `metadata.labels` / `metadata.annotations` as a map; non-string values are an error.
-pub(crate) fn meta_map(v: &Value, key: &str) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    match v.get("metadata").and_then(|m| m.get(key)) {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(m)) => {
-            for (k, val) in m {
-                let sv = val
-                    .as_str()
-                    .ok_or_else(|| format!("metadata.{key}[{k:?}] is not a string"))?;
-                out.insert(k.clone(), sv.to_string());
-            }
-        }
-        Some(_) => return Err(format!("metadata.{key} is not an object")),
-    }
-    Ok(out)
+pub(crate) fn meta_map(v: &Value, key: &str) -> Result<BTreeMap<String, String>, StringMapError> {
+    string_map(
+        v.get("metadata").and_then(|m| m.get(key)),
+        &format!("metadata.{key}"),
+    )
 }
 
 impl SynthesisView {
     /// Maps Eno's `Synthesis` JSON.
-    pub fn from_kube_json(v: &Value) -> Result<SynthesisView, String> {
+    pub fn from_kube_json(v: &Value) -> Result<SynthesisView, ViewError> {
         let synthesized = match v.get("synthesized") {
             None | Some(Value::Null) => None,
-            Some(Value::String(t)) => Some(
-                Timestamp::parse_rfc3339(t).map_err(|e| format!("synthesis.synthesized: {e}"))?,
-            ),
-            Some(_) => return Err("synthesis.synthesized is not a string".into()),
+            Some(Value::String(t)) => {
+                Some(Timestamp::parse_rfc3339(t).map_err(ViewError::Synthesized)?)
+            }
+            Some(_) => return Err(ViewError::SynthesizedNotAString),
         };
         let mut names = Vec::new();
         if let Some(refs) = v.get("resourceSlices").filter(|r| !r.is_null()) {
-            let arr = refs
-                .as_array()
-                .ok_or("synthesis.resourceSlices is not a list")?;
+            let arr = refs.as_array().ok_or(ViewError::ResourceSlicesNotAList)?;
             for r in arr {
-                names.push(s(r, &["name"]).ok_or("resourceSlices[] without a name")?);
+                names.push(s(r, &["name"]).ok_or(ViewError::ResourceSliceWithoutName)?);
             }
         }
         Ok(SynthesisView {
@@ -156,8 +175,8 @@ impl SynthesisView {
 
 impl CompositionView {
     /// Maps an `eno.azure.io/v1` Composition as the API server serves it.
-    pub fn from_kube_json(v: &Value) -> Result<CompositionView, String> {
-        let syn = |key: &str| -> Result<Option<SynthesisView>, String> {
+    pub fn from_kube_json(v: &Value) -> Result<CompositionView, ViewError> {
+        let syn = |key: &str| -> Result<Option<SynthesisView>, ViewError> {
             match v.get("status").and_then(|st| st.get(key)) {
                 None | Some(Value::Null) => Ok(None),
                 Some(x) => SynthesisView::from_kube_json(x).map(Some),
@@ -165,7 +184,7 @@ impl CompositionView {
         };
         Ok(CompositionView {
             namespace: s(v, &["metadata", "namespace"]).unwrap_or_default(),
-            name: s(v, &["metadata", "name"]).ok_or("Composition without metadata.name")?,
+            name: s(v, &["metadata", "name"]).ok_or(ViewError::CompositionWithoutName)?,
             uid: s(v, &["metadata", "uid"]).unwrap_or_default(),
             resource_version: s(v, &["metadata", "resourceVersion"]).unwrap_or_default(),
             synthesizer_name: s(v, &["spec", "synthesizer", "name"]).unwrap_or_default(),
@@ -180,8 +199,8 @@ impl CompositionView {
 
 impl SliceView {
     /// Maps an `eno.azure.io/v1` ResourceSlice as the API server serves it.
-    pub fn from_kube_json(v: &Value) -> Result<SliceView, String> {
-        let name = s(v, &["metadata", "name"]).ok_or("ResourceSlice without metadata.name")?;
+    pub fn from_kube_json(v: &Value) -> Result<SliceView, ViewError> {
+        let name = s(v, &["metadata", "name"]).ok_or(ViewError::SliceWithoutName)?;
         let mut resources = Vec::new();
         if let Some(list) = v
             .get("spec")
@@ -190,7 +209,7 @@ impl SliceView {
         {
             let arr = list
                 .as_array()
-                .ok_or_else(|| format!("slice {name}: spec.resources is not a list"))?;
+                .ok_or_else(|| ViewError::ResourcesNotAList(name.clone()))?;
             for r in arr {
                 resources.push(SliceResource {
                     manifest: s(r, &["manifest"]).unwrap_or_default(),
@@ -208,7 +227,7 @@ impl SliceView {
 
 impl ObjectView {
     /// Maps any Kubernetes object's metadata.
-    pub fn from_kube_json(v: &Value) -> Result<ObjectView, String> {
+    pub fn from_kube_json(v: &Value) -> Result<ObjectView, ViewError> {
         Ok(ObjectView {
             uid: s(v, &["metadata", "uid"]).unwrap_or_default(),
             annotations: meta_map(v, "annotations")?,
@@ -269,5 +288,51 @@ mod tests {
         assert_eq!(sl.resources.len(), 2);
         assert!(sl.resources[1].deleted);
         assert_eq!(list_items(&json!({"kind": "Secret"})).len(), 1);
+    }
+
+    #[test]
+    fn messages_are_stable() {
+        let syn = |v| SynthesisView::from_kube_json(&v).unwrap_err().to_string();
+        assert_eq!(
+            syn(json!({"synthesized": 5})),
+            "synthesis.synthesized is not a string"
+        );
+        assert_eq!(
+            syn(json!({"resourceSlices": 5})),
+            "synthesis.resourceSlices is not a list"
+        );
+        assert_eq!(
+            syn(json!({"resourceSlices": [{}]})),
+            "resourceSlices[] without a name"
+        );
+        let e = syn(json!({"synthesized": "x"}));
+        assert!(
+            e.starts_with("synthesis.synthesized: invalid RFC 3339 timestamp \"x\": "),
+            "{e}"
+        );
+        let comp = |v| CompositionView::from_kube_json(&v).unwrap_err().to_string();
+        assert_eq!(comp(json!({})), "Composition without metadata.name");
+        assert_eq!(
+            comp(json!({"metadata": {"name": "c", "labels": {"a": 1}}})),
+            "metadata.labels[\"a\"] is not a string"
+        );
+        assert_eq!(
+            comp(
+                json!({"metadata": {"name": "c"}, "status": {"currentSynthesis": {"synthesized": 5}}})
+            ),
+            "synthesis.synthesized is not a string"
+        );
+        let slice = |v| SliceView::from_kube_json(&v).unwrap_err().to_string();
+        assert_eq!(slice(json!({})), "ResourceSlice without metadata.name");
+        assert_eq!(
+            slice(json!({"metadata": {"name": "s"}, "spec": {"resources": 5}})),
+            "slice s: spec.resources is not a list"
+        );
+        assert_eq!(
+            ObjectView::from_kube_json(&json!({"metadata": {"annotations": "x"}}))
+                .unwrap_err()
+                .to_string(),
+            "metadata.annotations is not an object"
+        );
     }
 }

@@ -13,7 +13,7 @@ fn err(e: ApiError) -> KubeError {
     KubeError::from_status(e.code(), &e.to_string())
 }
 
-fn view<T>(r: Result<T, String>) -> Result<T, KubeError> {
+fn view<T, E: std::fmt::Display>(r: Result<T, E>) -> Result<T, KubeError> {
     r.map_err(|why| KubeError::Invalid(format!("malformed object: {why}")))
 }
 
