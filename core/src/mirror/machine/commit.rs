@@ -11,7 +11,10 @@ impl Mirror {
 
     /// Sends the next unit of target work if it may go now; true when it was sent.
     fn pump_one(&mut self, now: Instant) -> bool {
-        if self.stage == Stage::Stopped || self.shutdown || self.resolving || self.broken.is_some()
+        if self.stage == Stage::Stopped
+            || self.shutdown
+            || self.pipeline.resolving
+            || self.pipeline.broken.is_some()
         {
             return false;
         }
@@ -23,7 +26,7 @@ impl Mirror {
         if (self.stage == Stage::Tail && self.pass.is_none()) || replaying {
             // Popped only when the queue is empty and the chain has room, so batches cut by
             // watch responses that arrived while the chain was full merge into one Txn.
-            if self.work.is_empty() && (self.chain.is_empty() || self.chain_has_room()) {
+            if self.work.is_empty() && (self.pipeline.chain.is_empty() || self.chain_has_room()) {
                 if let Some(b) = self.batcher.pop() {
                     self.work.push_back(Work::Tail(b));
                 }
@@ -34,7 +37,7 @@ impl Mirror {
                 self.open_watch(now, from);
             }
         }
-        let chain_busy = !self.chain.is_empty() || !self.pages.slots.is_empty();
+        let chain_busy = !self.pipeline.chain.is_empty() || !self.pages.slots.is_empty();
         if self.paused && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe))) {
             return false;
         }
@@ -100,14 +103,14 @@ impl Mirror {
             return false;
         };
         self.submit_direct(now, work, rec);
-        !self.chain.is_empty()
+        !self.pipeline.chain.is_empty()
     }
 
     /// Sends one fenced Txn, unless its record would not decode: a record the next start
     /// cannot read is never written (a server that reported inconsistent revisions is the
     /// only known way to get there), so the agent stops instead.
     pub(super) fn submit_direct(&mut self, now: Instant, work: Work, mut record: Checkpoint) {
-        record.seq = self.next_seq;
+        record.seq = self.pipeline.next_seq;
         if let Err(e) = record.check() {
             return self.fail(
                 now,
@@ -117,7 +120,7 @@ impl Mirror {
                 ),
             );
         }
-        self.next_seq += 1;
+        self.pipeline.next_seq += 1;
         let bytes = record.encode();
         let ck = self.keys.checkpoint_key().to_vec();
         let compare = if matches!(work, Work::Claim) {
@@ -141,13 +144,13 @@ impl Mirror {
             success,
             failure: vec![TxnOp::Get { key: ck }],
         };
-        self.chain.push_back(Link {
+        self.pipeline.chain.push_back(Link {
             seq: record.seq,
             wire: work.ops().iter().map(TxnOp::wire_size).sum(),
             chained: self.chainable(&work),
             reply: None,
         });
-        self.chain_tip = Some((record.clone(), bytes.clone()));
+        self.pipeline.chain_tip = Some((record.clone(), bytes.clone()));
         let prev = match &txn.compares[0] {
             c if c.target == CompareTarget::Value => c.bytes.clone(),
             _ => Vec::new(),
@@ -253,7 +256,7 @@ impl Mirror {
             self.fence_rev = rev;
         }
         self.fence_rev_exact = rev > 0;
-        self.fence_bytes = c.bytes.clone();
+        self.pipeline.fence_bytes = c.bytes.clone();
         self.failures_in_row = 0;
         self.takeovers = 0;
         self.backoff.reset();
@@ -401,7 +404,7 @@ impl Mirror {
         match f {
             Failure::Unknown { .. } | Failure::Transient { .. } => {
                 // The write may have applied. Only the fence can tell.
-                self.resolving = true;
+                self.pipeline.resolving = true;
                 let cmd = self.fence_read_cmd();
                 self.issue(Job::ResolveUnknown(Box::new(c)), cmd);
             }
@@ -427,12 +430,14 @@ impl Mirror {
     }
 
     pub(super) fn on_resolve(&mut self, now: Instant, c: Commit, r: RangeReply) {
-        self.resolving = false;
+        self.pipeline.resolving = false;
         let current = r.kvs.into_iter().next();
         match &current {
             // Every commit rewrites the fence with a record of a new sequence number, so
             // the fence unchanged means it did not apply.
-            Some(kv) if kv.value == self.fence_bytes || kv.mod_revision == self.fence_rev => {
+            Some(kv)
+                if kv.value == self.pipeline.fence_bytes || kv.mod_revision == self.fence_rev =>
+            {
                 self.requeue_after_failure(now, c, false)
             }
             Some(kv) if kv.value == c.bytes => {
@@ -490,7 +495,7 @@ impl Mirror {
             // together under the fence compare, so the target is consistent at that record,
             // and no later write of ours can have landed over it. Adopt it and carry on from
             // it, as a restart would; everything in flight was built on the older record.
-            self.fence_bytes = kv.value.clone();
+            self.pipeline.fence_bytes = kv.value.clone();
             return self.adopt_own_late_write(now, kv.mod_revision, theirs);
         }
         if theirs.epoch < c.record.epoch && self.takeovers < MAX_TAKEOVERS {
@@ -498,7 +503,7 @@ impl Mirror {
             self.takeovers += 1;
             self.abandon_chain();
             self.fence_rev = kv.mod_revision;
-            self.next_seq = self.next_seq.max(theirs.seq + 1);
+            self.pipeline.next_seq = self.pipeline.next_seq.max(theirs.seq + 1);
             // The claim goes above every epoch this process held.
             self.epoch_floor = self.epoch_floor.max(c.record.epoch + 1);
             self.found = Some(theirs);

@@ -81,7 +81,7 @@ impl Mirror {
             Some(kv) => match Checkpoint::decode(&kv.value) {
                 Ok(c) => {
                     self.fence_rev = kv.mod_revision;
-                    self.next_seq = self.next_seq.max(c.seq + 1);
+                    self.pipeline.next_seq = self.pipeline.next_seq.max(c.seq + 1);
                     Some(c)
                 }
                 Err(e) => {

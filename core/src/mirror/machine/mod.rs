@@ -53,7 +53,7 @@ pub use drain_watch::{DRAIN_PROGRESSING, DRAIN_STALL_AFTER};
 use history::History;
 use modscan::ModScan;
 use pages::Pages;
-use pipeline::{Break, Link};
+use pipeline::{Break, Link, Pipeline};
 use reconcile::{Pass, PassPurpose};
 
 /// Minimum spacing of fence-only writes that advance an idle watermark.
@@ -344,24 +344,8 @@ pub struct Mirror {
     gen: Option<Genesis>,
     batcher: Batcher,
     work: VecDeque<Work>,
-    /// Fenced Txns in flight, in chain order, each with its reply once it came (replies are
-    /// acted on in chain order). See `pipeline.rs`.
-    chain: VecDeque<Link>,
-    /// The bytes the fence holds as far as we know: what the next Txn compares.
-    fence_bytes: Vec<u8>,
-    /// The record (and its bytes) the newest Txn in flight installs.
-    chain_tip: Option<(Checkpoint, Vec<u8>)>,
-    /// The sequence number of the next record (unique per link; see `Checkpoint::seq`).
-    next_seq: u64,
-    /// A fence read is resolving an unknown outcome: nothing else is written meanwhile.
-    resolving: bool,
-    /// The chain broke with Txns still in flight: wait for them, then resume from the fence.
-    broken: Option<Break>,
-    /// How many Txns may be in flight now (grows by one per applied Txn up to the limit
-    /// derived from the commit round trip; back to one after a break).
-    depth: usize,
-    /// Smoothed commit round trip.
-    commit_rtt: Option<Duration>,
+    /// The fenced Txns in flight and what they build on. See `pipeline.rs`.
+    pipeline: Pipeline,
     /// Whether `fence_rev` is the exact mod revision of `fence_bytes` (a write proven only
     /// by a later Txn's success leaves it unknown). Genesis pages compare it.
     fence_rev_exact: bool,
@@ -446,14 +430,7 @@ impl Mirror {
             gen: None,
             batcher: Batcher::new(limits, allow_split),
             work: VecDeque::new(),
-            chain: VecDeque::new(),
-            fence_bytes: Vec::new(),
-            chain_tip: None,
-            next_seq: 1,
-            resolving: false,
-            broken: None,
-            depth: 1,
-            commit_rtt: None,
+            pipeline: Pipeline::new(),
             fence_rev_exact: false,
             pages: Pages::default(),
             backoff: Backoff::new(b.initial_delay, b.max_delay),

@@ -140,7 +140,7 @@ impl Mirror {
     /// The page side of `pump_one`: `Some(sent)` when it decided, `None` to go on with the
     /// ordinary queue (a cursor write, or no page work).
     pub(super) fn pump_page(&mut self, now: Instant) -> Option<bool> {
-        if !self.pages_commute() || !self.chain.is_empty() {
+        if !self.pages_commute() || !self.pipeline.chain.is_empty() {
             // A fence write in flight: pages wait for its revision.
             return None;
         }
@@ -269,11 +269,11 @@ impl Mirror {
         match reply {
             Ok(t) if t.succeeded => {
                 let rtt = now.saturating_duration_since(sent);
-                self.commit_rtt = Some(match self.commit_rtt {
+                self.pipeline.commit_rtt = Some(match self.pipeline.commit_rtt {
                     None => rtt,
                     Some(old) => (old * 7 + rtt) / 8,
                 });
-                self.depth = (self.depth + 1).min(pipeline::MAX_DEPTH);
+                self.pipeline.depth = (self.pipeline.depth + 1).min(pipeline::MAX_DEPTH);
                 self.page_applied(now, i);
             }
             Ok(t) => {
@@ -409,7 +409,10 @@ impl Mirror {
         let Some(record) = self.record.clone() else {
             return self.resume_from_record(now);
         };
-        if let Some(kv) = current.as_ref().filter(|kv| kv.value == self.fence_bytes) {
+        if let Some(kv) = current
+            .as_ref()
+            .filter(|kv| kv.value == self.pipeline.fence_bytes)
+        {
             // Our own record, rewritten at a new revision (by someone who copied it): pages
             // cannot tell what happened to the target meanwhile, so start over from it.
             self.fence_rev = kv.mod_revision;
@@ -422,8 +425,8 @@ impl Mirror {
         let c = Commit {
             work: Work::Fence(FenceWhy::ScanAdvance),
             record,
-            bytes: self.fence_bytes.clone(),
-            prev: self.fence_bytes.clone(),
+            bytes: self.pipeline.fence_bytes.clone(),
+            prev: self.pipeline.fence_bytes.clone(),
             sent: now,
             resends: 0,
             copy: self.copy_seq,

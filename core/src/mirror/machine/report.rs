@@ -16,8 +16,8 @@ impl Mirror {
             .as_ref()
             .map_or(self.status.last_applied_revision, |r| r.watermark);
         self.status.last_applied_revision = w;
-        self.status.txns_in_flight = (self.chain.len() + self.pages.in_flight()) as u64;
-        self.status.commit_rtt_seconds = self.commit_rtt.map_or(0.0, |d| d.as_secs_f64());
+        self.status.txns_in_flight = (self.pipeline.chain.len() + self.pages.in_flight()) as u64;
+        self.status.commit_rtt_seconds = self.pipeline.commit_rtt.map_or(0.0, |d| d.as_secs_f64());
         let lag = (self.status.source_revision - w).max(0);
         // Lag in revisions counts every revision of the source cluster, including other
         // prefixes; lag in time starts when the watch delivered something not yet applied.
