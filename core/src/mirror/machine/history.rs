@@ -353,7 +353,7 @@ impl Mirror {
         let backwards = if header {
             rev < self.history.watch_header
         } else {
-            rev < self.delivered
+            rev < self.tail.delivered
         };
         if backwards {
             self.status.source_history_suspicions += 1;
@@ -367,10 +367,10 @@ impl Mirror {
 
     /// A new watch stream was established: events from it wait for a proof made after it.
     pub(super) fn on_watch_established(&mut self, now: Instant, watch_id: u64) {
-        if self.watch != Some(watch_id) {
+        if self.tail.watch != Some(watch_id) {
             return;
         }
-        if !self.progress_trusted {
+        if !self.peers.progress_trusted {
             // No notification can close the window this stream replays: it has until the
             // deadline to deliver an event past it.
             if let Some(w) = self.history.window.as_mut().filter(|w| w.watch == watch_id) {
@@ -416,15 +416,15 @@ impl Mirror {
     /// The record a proof is about: the one found at connect, or the durable one.
     fn proof_record(&self) -> Option<&Checkpoint> {
         if self.history.at_connect {
-            self.found.as_ref()
+            self.fence.found.as_ref()
         } else {
-            self.record.as_ref()
+            self.fence.record.as_ref()
         }
     }
 
     /// At connect, after the fence read: prove the found record's history, then go on.
     pub(super) fn prove_at_connect(&mut self, now: Instant) {
-        match self.found.as_ref().filter(|c| has_progress(c)) {
+        match self.fence.found.as_ref().filter(|c| has_progress(c)) {
             Some(c) => {
                 self.history.floor = self.history.floor.max(record_floor(c));
                 self.history.unverify();
@@ -442,7 +442,7 @@ impl Mirror {
     pub(super) fn maybe_prove(&mut self) {
         let running = matches!(self.stage, Stage::Genesis | Stage::Tail | Stage::Parked);
         if running && !self.history.verified && !self.history.proving {
-            if let Some(f) = self.record.as_ref().map(record_floor) {
+            if let Some(f) = self.fence.record.as_ref().map(record_floor) {
                 self.history.reached(f);
             }
             self.issue_proof(true);
@@ -632,7 +632,7 @@ impl Mirror {
             "{what}. The checkpoint's promise is not extended: the target is resynced from the source at revision {source_rev} (keys the source no longer has are pruned)"
         );
         if self.history.at_connect {
-            if let Some(found) = self.found.as_mut() {
+            if let Some(found) = self.fence.found.as_mut() {
                 found.start_scan(source_rev, true, None);
             }
             self.history.forget_anchors();
@@ -654,7 +654,7 @@ impl Mirror {
             .since_break
             .as_ref()
             .is_some_and(|(n, _, plain)| n > plain);
-        if self.stage == Stage::Tail && unreplayed && self.watch.is_none() {
+        if self.stage == Stage::Tail && unreplayed && self.tail.watch.is_none() {
             // The point read proves the anchor only. Events fed after it came from a stream
             // that is gone (cancelled for backpressure), and no new watch will replay them
             // before they are written (docs/design.md, "Source history", rule 5).
@@ -686,14 +686,14 @@ impl Mirror {
     /// be replayed is replayed before the claim, which would otherwise re-assert its
     /// promise; then the claim goes on.
     fn replay_before_claim(&mut self, now: Instant) {
-        let replayable = self.found.as_ref().is_some_and(|c| {
+        let replayable = self.fence.found.as_ref().is_some_and(|c| {
             c.scan.is_none() && c.replayable_anchor().is_some_and(|a| a.rev < c.watermark)
         });
         if !replayable {
             self.history.at_connect = false;
             return self.after_fence_proven(now);
         }
-        let w = self.found.as_ref().map_or(0, |c| c.watermark);
+        let w = self.fence.found.as_ref().map_or(0, |c| c.watermark);
         self.open_watch(now, w + 1);
         if !self.window_pending() {
             self.history.at_connect = false;
@@ -742,7 +742,7 @@ impl Mirror {
     /// The replay watch broke before it passed the window: open it again after a backoff.
     fn connect_window_retry(&mut self, now: Instant, why: String) {
         self.status.last_error = Some(why);
-        let w = self.found.as_ref().map_or(0, |c| c.watermark);
+        let w = self.fence.found.as_ref().map_or(0, |c| c.watermark);
         self.reopen_watch_later(now, w);
     }
 
@@ -757,7 +757,7 @@ impl Mirror {
     /// The window's start is compacted at connect: nothing proves it, so no promise is
     /// extended (see [`Mirror::resync_unprovable`]).
     pub(super) fn connect_window_compacted(&mut self, now: Instant, compact_revision: i64) {
-        let (a, w) = self.found.as_ref().map_or((0, 0), |c| {
+        let (a, w) = self.fence.found.as_ref().map_or((0, 0), |c| {
             (c.anchor.as_ref().map_or(0, |a| a.rev), c.watermark)
         });
         let what = format!(
@@ -793,7 +793,7 @@ impl Mirror {
     fn abandon_checkpoint(&mut self, now: Instant, what: String) {
         // The replay watch, if it found the mismatch, has done its job.
         self.cancel_watch();
-        let Some(found) = self.found.as_mut() else {
+        let Some(found) = self.fence.found.as_mut() else {
             return;
         };
         let w = found.watermark;
@@ -873,7 +873,10 @@ impl Mirror {
         }
         let unproven = !connecting && !self.history.verified && self.history.before_break.is_some();
         let anchor = if connecting {
-            self.found.as_ref().and_then(Checkpoint::replayable_anchor)
+            self.fence
+                .found
+                .as_ref()
+                .and_then(Checkpoint::replayable_anchor)
         } else if unproven {
             // Everything fed since the last proven point is replayed, puts included.
             self.history.before_break.as_ref()
@@ -907,7 +910,7 @@ impl Mirror {
         self.history
             .window
             .as_ref()
-            .is_some_and(|w| self.watch == Some(w.watch))
+            .is_some_and(|w| self.tail.watch == Some(w.watch))
     }
 
     /// Takes the part of a watch response inside the replayed window. Returns the events
@@ -953,7 +956,7 @@ impl Mirror {
 
     /// The watch reported everything up to `rev` delivered (a trusted progress notification).
     pub(super) fn window_progress(&mut self, now: Instant, rev: i64) {
-        if self.progress_trusted
+        if self.peers.progress_trusted
             && self.window_pending()
             && self.history.window.as_ref().is_some_and(|w| rev >= w.upto)
         {
@@ -969,7 +972,7 @@ impl Mirror {
             self.status.source_history_windows += 1;
             return true;
         }
-        if win.seen < win.want && self.drops_compact_tombstone {
+        if win.seen < win.want && self.peers.drops_compact_tombstone {
             // This etcd drops a delete at exactly the compact revision from a watch (etcd
             // #18089), so a missing event may be that tombstone: nothing proves the window.
             let what = format!(

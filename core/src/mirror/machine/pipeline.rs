@@ -148,7 +148,7 @@ impl Mirror {
             .chain_tip
             .as_ref()
             .map(|(r, _)| r)
-            .or(self.record.as_ref())
+            .or(self.fence.record.as_ref())
     }
 
     /// The bytes the next Txn compares the fence with.
@@ -375,7 +375,9 @@ impl Mirror {
     /// A record of ours, this epoch, no newer than the durable one: what a Txn that
     /// overtook its predecessor saw.
     fn older_own(&self, bytes: &[u8]) -> bool {
-        let Some(r) = &self.record else { return false };
+        let Some(r) = &self.fence.record else {
+            return false;
+        };
         Checkpoint::decode(bytes)
             .is_ok_and(|o| o.holder == r.holder && o.epoch == r.epoch && o.seq <= r.seq)
     }
@@ -414,19 +416,19 @@ impl Mirror {
                 return self.redo_after_break(now, b);
             }
             if let Ok(rec) = Checkpoint::decode(&kv.value) {
-                let mine = self.record.as_ref().is_some_and(|r| {
+                let mine = self.fence.record.as_ref().is_some_and(|r| {
                     r.holder == rec.holder && r.epoch == rec.epoch && rec.seq > r.seq
                 });
                 if mine {
                     // A Txn of an earlier chain, given up on, applied after all: its record
                     // is where we are, and it is resumed from like a restart.
                     self.pipeline.fence_bytes = kv.value.clone();
-                    self.fence_rev = kv.mod_revision;
-                    self.fence_rev_exact = true;
+                    self.fence.rev = kv.mod_revision;
+                    self.fence.rev_exact = true;
                     self.status.own_late_writes_adopted += 1;
                     self.status.last_applied_revision =
                         self.status.last_applied_revision.max(rec.watermark);
-                    self.record = Some(rec);
+                    self.fence.record = Some(rec);
                     self.stage = Stage::Fencing;
                     return self.resume_from_record(now);
                 }
@@ -459,9 +461,11 @@ impl Mirror {
         match b.cause {
             Some(Failure::Throttled { message }) => {
                 self.note_throttled(now, message);
-                self.hold_until = Some(now + self.throttle.next_delay(&mut self.rng));
+                self.pacing.hold_until = Some(now + self.pacing.throttle.next_delay(&mut self.rng));
             }
-            Some(_) => self.hold_until = Some(now + self.backoff.next_delay(&mut self.rng)),
+            Some(_) => {
+                self.pacing.hold_until = Some(now + self.pacing.backoff.next_delay(&mut self.rng))
+            }
             None => {}
         }
         self.pump(now);

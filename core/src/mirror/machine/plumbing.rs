@@ -2,6 +2,19 @@
 
 use super::*;
 
+/// How fast the machine may act again after failures, throttles and full targets.
+#[derive(Debug, Clone)]
+pub(super) struct Pacing {
+    pub(super) backoff: Backoff,
+    pub(super) throttle: Backoff,
+    pub(super) pacer: Pacer,
+    pub(super) failures_in_row: u32,
+    /// Target work waits until this time (backoff after a failed write).
+    pub(super) hold_until: Option<Instant>,
+    pub(super) quota_probe_at: Option<Instant>,
+    pub(super) resume_at: Option<Instant>,
+}
+
 impl Mirror {
     pub(super) fn issue(&mut self, job: Job, cmd: Command) -> CommandId {
         let id = self.next_id;
@@ -14,17 +27,17 @@ impl Mirror {
 
     pub(super) fn retry_later(&mut self, now: Instant, job: Job, cmd: Command, throttled: bool) {
         let delay = if throttled {
-            self.throttle.next_delay(&mut self.rng)
+            self.pacing.throttle.next_delay(&mut self.rng)
         } else {
-            self.backoff.next_delay(&mut self.rng)
+            self.pacing.backoff.next_delay(&mut self.rng)
         };
         let at = now + delay;
         self.status.backoff = Some(BackoffState {
             kind: if throttled { "throttled" } else { "transient" }.into(),
             attempt: if throttled {
-                self.throttle.attempt()
+                self.pacing.throttle.attempt()
             } else {
-                self.backoff.attempt()
+                self.pacing.backoff.attempt()
             },
             until: at,
         });
@@ -42,18 +55,18 @@ impl Mirror {
                 self.issue(r.job, r.cmd);
             }
         }
-        if self.hold_until.is_some_and(|t| t <= now) {
-            self.hold_until = None;
+        if self.pacing.hold_until.is_some_and(|t| t <= now) {
+            self.pacing.hold_until = None;
             self.status.backoff = None;
         }
-        if self.resume_at.is_some_and(|t| t <= now) {
-            self.resume_at = None;
+        if self.pacing.resume_at.is_some_and(|t| t <= now) {
+            self.pacing.resume_at = None;
             self.status.backoff = None;
             self.resume_from_record(now);
         }
-        if self.quota_probe_at.is_some_and(|t| t <= now) && !self.committing() {
-            self.quota_probe_at = None;
-            if self.record.is_some() {
+        if self.pacing.quota_probe_at.is_some_and(|t| t <= now) && !self.committing() {
+            self.pacing.quota_probe_at = None;
+            if self.fence.record.is_some() {
                 self.work.push_front(Work::Fence(FenceWhy::QuotaProbe));
             } else {
                 // Parked before the claim landed: the claim itself is the probe.
@@ -62,9 +75,9 @@ impl Mirror {
                 self.resume_from_record(now);
             }
         }
-        if let (Some(t), Some(w)) = (self.next_progress_request, self.watch) {
+        if let (Some(t), Some(w)) = (self.tail.next_progress_request, self.tail.watch) {
             if t <= now {
-                self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
+                self.tail.next_progress_request = Some(now + self.cfg.sync.progress_interval);
                 self.issue(Job::Fire, Command::RequestProgress { watch_id: w });
             }
         }
@@ -81,13 +94,14 @@ impl Mirror {
 
     pub(super) fn next_deadline(&self, now: Instant) -> Option<Instant> {
         [
-            self.next_reconcile
+            self.recon
+                .next_reconcile
                 .filter(|t| *t > now && self.stage == Stage::Tail),
             self.retry.iter().map(|r| r.at).min(),
-            self.hold_until,
-            self.resume_at,
-            self.quota_probe_at,
-            self.watch.and(self.next_progress_request),
+            self.pacing.hold_until,
+            self.pacing.resume_at,
+            self.pacing.quota_probe_at,
+            self.tail.watch.and(self.tail.next_progress_request),
             self.gen.as_ref().and_then(|g| g.probe_at),
             self.pacer_deadline(),
             self.drain_watch_deadline(),
@@ -103,11 +117,11 @@ impl Mirror {
     }
 
     pub(super) fn pacer_deadline(&self) -> Option<Instant> {
-        if self.committing() || self.work.is_empty() || !self.pacer.enabled() {
+        if self.committing() || self.work.is_empty() || !self.pacing.pacer.enabled() {
             return None;
         }
         // ready_at ignores `now`'s relation to tat only when tat is in the future.
-        Some(self.pacer.ready_at(Instant::ZERO))
+        Some(self.pacing.pacer.ready_at(Instant::ZERO))
     }
 
     pub(super) fn stop(&mut self, now: Instant, reason: StopReason) -> Output {
