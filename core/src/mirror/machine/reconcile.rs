@@ -71,6 +71,14 @@ pub(super) struct Reconciliation {
     pub(super) reconcile_requested: bool,
 }
 
+/// Why the merge of a pass cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum MergeError {
+    /// A fence of another link inside the target range (`at` is the redacted key).
+    #[error("the target range holds the fence of another link ({link:?}) at {at}; two links write one range. Reconciliation aborted, nothing repaired")]
+    ForeignFence { link: String, at: String },
+}
+
 /// How much queued repair pacing makes the pass stop reading the source watch.
 const PACING_WATCH_CANCEL: Duration = Duration::from_secs(3);
 
@@ -243,15 +251,15 @@ impl Mirror {
                 }
                 continue;
             }
-            if let Err(msg) = self.merge_one() {
-                return self.fail(now, FailKind::PrefixConflict, msg);
+            if let Err(e) = self.merge_one() {
+                return self.fail(now, FailKind::PrefixConflict, e.to_string());
             }
             self.flush_repairs_if_full(now);
         }
     }
 
     /// Consumes the smallest key from the fronts of both sides.
-    fn merge_one(&mut self) -> Result<(), String> {
+    fn merge_one(&mut self) -> Result<(), MergeError> {
         let keys = &self.keys;
         let link = &self.link;
         let Some(p) = &mut self.recon.pass else {
@@ -273,11 +281,10 @@ impl Mirror {
                 if let Some(kv) = p.tgt.buf.front() {
                     if let Ok(c) = Checkpoint::decode(&kv.value) {
                         if &c.link != link {
-                            return Err(format!(
-                                "the target range holds the fence of another link ({:?}) at {}; two links write one range. Reconciliation aborted, nothing repaired",
-                                c.link,
-                                crate::mirror::keys::redact(keys.target_base(), t)
-                            ));
+                            return Err(MergeError::ForeignFence {
+                                link: c.link,
+                                at: crate::mirror::keys::redact(keys.target_base(), t),
+                            });
                         }
                     }
                 }
