@@ -25,10 +25,11 @@ impl Mirror {
         self.work.clear();
         self.batcher.clear();
         self.tail.watch_paused = false;
-        self.retry.clear();
+        self.cmds.retry.clear();
         // A proof read waiting out its backoff was among the retries: unless one is in
         // flight, the round must be asked again, or no write would ever be proven.
         if !self
+            .cmds
             .inflight
             .values()
             .any(|j| matches!(j, Job::ProveHistory { .. }))
@@ -412,9 +413,10 @@ impl Mirror {
             // reads of one page would advance the cursor twice).
             GenStep::Sweeping
                 if !self
+                    .cmds
                     .inflight
                     .values()
-                    .chain(self.retry.iter().map(|r| &r.job))
+                    .chain(self.cmds.retry.iter().map(|r| &r.job))
                     .any(|j| matches!(j, Job::SweepPage(_))) =>
             {
                 self.next_sweep_page(now);
@@ -483,6 +485,7 @@ impl Mirror {
         let d = self.tail.delivered;
         if g.live.is_none()
             && !self
+                .cmds
                 .inflight
                 .values()
                 .any(|j| matches!(j, Job::CountLive { .. }))

@@ -55,7 +55,7 @@ use history::History;
 use modscan::ModScan;
 use pages::Pages;
 use pipeline::{Break, Link, Pipeline};
-use plumbing::Pacing;
+use plumbing::{Commands, Pacing};
 use reconcile::{PassPurpose, Reconciliation};
 use tail::TailState;
 
@@ -315,11 +315,8 @@ pub struct Mirror {
     status: Status,
     stage: Stage,
 
-    next_id: CommandId,
-    out: VecDeque<Output>,
-    inflight: BTreeMap<CommandId, Job>,
-    /// Reads (and watch reopens) waiting out a backoff, in the order they failed.
-    retry: Vec<Retry>,
+    /// Commands in flight and outputs to poll (see `plumbing.rs`).
+    cmds: Commands,
     stopped: Option<StopReason>,
     gen_seq: u64,
 
@@ -377,10 +374,7 @@ impl Mirror {
             link,
             status,
             stage: Stage::Connecting,
-            next_id: 1,
-            out: VecDeque::new(),
-            inflight: BTreeMap::new(),
-            retry: Vec::new(),
+            cmds: Commands::new(),
             stopped: None,
             gen_seq: 0,
             peers: Peers::default(),
@@ -440,7 +434,7 @@ impl Mirror {
         }
         match input {
             Input::Done { id, result } => {
-                let Some(job) = self.inflight.remove(&id) else {
+                let Some(job) = self.cmds.inflight.remove(&id) else {
                     return;
                 };
                 if self.check_source_reply(now, id, &job, &result) {
@@ -479,7 +473,7 @@ impl Mirror {
         self.fire_timers(now);
         self.pump(now);
         self.refresh_status(now);
-        if let Some(o) = self.out.pop_front() {
+        if let Some(o) = self.cmds.out.pop_front() {
             return o;
         }
         if let Some(r) = &self.stopped {

@@ -2,6 +2,28 @@
 
 use super::*;
 
+/// The commands issued and not yet answered, and the outputs not yet polled.
+#[derive(Debug, Clone)]
+pub(super) struct Commands {
+    pub(super) next_id: CommandId,
+    pub(super) out: VecDeque<Output>,
+    pub(super) inflight: BTreeMap<CommandId, Job>,
+    /// Reads (and watch reopens) waiting out a backoff, in the order they failed.
+    pub(super) retry: Vec<Retry>,
+}
+
+impl Commands {
+    /// Nothing issued yet; the first command gets id 1.
+    pub(super) fn new() -> Commands {
+        Commands {
+            next_id: 1,
+            out: VecDeque::new(),
+            inflight: BTreeMap::new(),
+            retry: Vec::new(),
+        }
+    }
+}
+
 /// How fast the machine may act again after failures, throttles and full targets.
 #[derive(Debug, Clone)]
 pub(super) struct Pacing {
@@ -17,11 +39,11 @@ pub(super) struct Pacing {
 
 impl Mirror {
     pub(super) fn issue(&mut self, job: Job, cmd: Command) -> CommandId {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.inflight.insert(id, job);
+        let id = self.cmds.next_id;
+        self.cmds.next_id += 1;
+        self.cmds.inflight.insert(id, job);
         self.note_issue(id, &cmd);
-        self.out.push_back(Output::Command { id, cmd });
+        self.cmds.out.push_back(Output::Command { id, cmd });
         id
     }
 
@@ -41,15 +63,15 @@ impl Mirror {
             },
             until: at,
         });
-        self.retry.push(Retry { at, cmd, job });
+        self.cmds.retry.push(Retry { at, cmd, job });
     }
 
     pub(super) fn fire_timers(&mut self, now: Instant) {
-        if self.retry.iter().any(|r| r.at <= now) {
-            let (due, later): (Vec<Retry>, Vec<Retry>) = std::mem::take(&mut self.retry)
+        if self.cmds.retry.iter().any(|r| r.at <= now) {
+            let (due, later): (Vec<Retry>, Vec<Retry>) = std::mem::take(&mut self.cmds.retry)
                 .into_iter()
                 .partition(|r| r.at <= now);
-            self.retry = later;
+            self.cmds.retry = later;
             self.status.backoff = None;
             for r in due {
                 self.issue(r.job, r.cmd);
@@ -97,7 +119,7 @@ impl Mirror {
             self.recon
                 .next_reconcile
                 .filter(|t| *t > now && self.stage == Stage::Tail),
-            self.retry.iter().map(|r| r.at).min(),
+            self.cmds.retry.iter().map(|r| r.at).min(),
             self.pacing.hold_until,
             self.pacing.resume_at,
             self.pacing.quota_probe_at,
@@ -151,8 +173,8 @@ impl Mirror {
                 StopReason::Drained => {}
             }
             // Commands not yet handed out are abandoned; nothing new is written.
-            self.out.clear();
-            self.retry.clear();
+            self.cmds.out.clear();
+            self.cmds.retry.clear();
             self.stopped = Some(reason.clone());
         }
         Output::Stopped(reason)

@@ -357,10 +357,11 @@ impl Mirror {
             attempt: self.pacing.backoff.attempt(),
             until: at,
         });
-        self.retry
+        self.cmds
+            .retry
             .retain(|r| !matches!(r.job, Job::WatchOpen(_) | Job::WatchGuard { .. }));
         let (job, cmd) = self.watch_open_step(id, from);
-        self.retry.push(Retry { at, cmd, job });
+        self.cmds.retry.push(Retry { at, cmd, job });
     }
 
     pub(super) fn on_compacted(&mut self, now: Instant, compact_revision: i64) {
