@@ -16,7 +16,7 @@ pub(super) struct Peers {
 pub(super) struct Fence {
     /// Mod revision of the fence as we last wrote or read it; 0 = absent.
     pub(super) rev: i64,
-    /// Whether `rev` is the exact mod revision of `fence_bytes` (a write proven only
+    /// Whether `rev` is the exact mod revision of `Pipeline::fence_bytes` (a write proven only
     /// by a later Txn's success leaves it unknown). Genesis pages compare it.
     pub(super) rev_exact: bool,
     /// The record at `rev` (what the target holds), once claimed.
