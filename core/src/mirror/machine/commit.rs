@@ -11,7 +11,10 @@ impl Mirror {
 
     /// Sends the next unit of target work if it may go now; true when it was sent.
     fn pump_one(&mut self, now: Instant) -> bool {
-        if self.stage == Stage::Stopped || self.shutdown || self.resolving || self.broken.is_some()
+        if self.stage == Stage::Stopped
+            || self.shutdown
+            || self.pipeline.resolving
+            || self.pipeline.broken.is_some()
         {
             return false;
         }
@@ -20,25 +23,25 @@ impl Mirror {
             .as_ref()
             .is_some_and(|g| g.step == GenStep::Replaying);
         // A reconciliation pass holds the tail so the target stays at source@W + drift.
-        if (self.stage == Stage::Tail && self.pass.is_none()) || replaying {
+        if (self.stage == Stage::Tail && self.recon.pass.is_none()) || replaying {
             // Popped only when the queue is empty and the chain has room, so batches cut by
             // watch responses that arrived while the chain was full merge into one Txn.
-            if self.work.is_empty() && (self.chain.is_empty() || self.chain_has_room()) {
+            if self.work.is_empty() && (self.pipeline.chain.is_empty() || self.chain_has_room()) {
                 if let Some(b) = self.batcher.pop() {
                     self.work.push_back(Work::Tail(b));
                 }
             }
-            if self.watch_paused && self.work.is_empty() && self.batcher.is_empty() {
-                self.watch_paused = false;
-                let from = self.delivered + 1;
+            if self.tail.watch_paused && self.work.is_empty() && self.batcher.is_empty() {
+                self.tail.watch_paused = false;
+                let from = self.tail.delivered + 1;
                 self.open_watch(now, from);
             }
         }
-        let chain_busy = !self.chain.is_empty() || !self.pages.slots.is_empty();
+        let chain_busy = !self.pipeline.chain.is_empty() || !self.pages.slots.is_empty();
         if self.paused && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe))) {
             return false;
         }
-        if self.hold_until.is_some() || self.resume_at.is_some() {
+        if self.pacing.hold_until.is_some() || self.pacing.resume_at.is_some() {
             return false;
         }
         if self.stage == Stage::Parked
@@ -80,8 +83,9 @@ impl Mirror {
             return false;
         }
         if self
+            .tail
             .watch_unverified
-            .is_some_and(|(id, ..)| self.watch == Some(id))
+            .is_some_and(|(id, ..)| self.tail.watch == Some(id))
             && matches!(front, Work::Tail(_))
         {
             // Events of a watch whose start is not re-verified yet (etcd #18089) wait.
@@ -91,23 +95,23 @@ impl Mirror {
             return false;
         }
         let n = front.ops().len() as u64;
-        if self.pacer.enabled() && n > 0 && self.pacer.ready_at(now) > now {
+        if self.pacing.pacer.enabled() && n > 0 && self.pacing.pacer.ready_at(now) > now {
             return false;
         }
         let work = self.work.pop_front().expect("front() was Some just above");
-        self.pacer.consume(now, n);
+        self.pacing.pacer.consume(now, n);
         let Some(rec) = self.next_record(&work) else {
             return false;
         };
         self.submit_direct(now, work, rec);
-        !self.chain.is_empty()
+        !self.pipeline.chain.is_empty()
     }
 
     /// Sends one fenced Txn, unless its record would not decode: a record the next start
     /// cannot read is never written (a server that reported inconsistent revisions is the
     /// only known way to get there), so the agent stops instead.
     pub(super) fn submit_direct(&mut self, now: Instant, work: Work, mut record: Checkpoint) {
-        record.seq = self.next_seq;
+        record.seq = self.pipeline.next_seq;
         if let Err(e) = record.check() {
             return self.fail(
                 now,
@@ -117,15 +121,15 @@ impl Mirror {
                 ),
             );
         }
-        self.next_seq += 1;
+        self.pipeline.next_seq += 1;
         let bytes = record.encode();
         let ck = self.keys.checkpoint_key().to_vec();
         let compare = if matches!(work, Work::Claim) {
             // A claim builds on what the fence read found (or on its absence).
-            if self.fence_rev == 0 {
+            if self.fence.rev == 0 {
                 Compare::revision(ck.clone(), CompareTarget::CreateRevision, 0)
             } else {
-                Compare::revision(ck.clone(), CompareTarget::ModRevision, self.fence_rev)
+                Compare::revision(ck.clone(), CompareTarget::ModRevision, self.fence.rev)
             }
         } else {
             // Exactly the record the previous Txn installs (see `pipeline.rs`).
@@ -141,13 +145,13 @@ impl Mirror {
             success,
             failure: vec![TxnOp::Get { key: ck }],
         };
-        self.chain.push_back(Link {
+        self.pipeline.chain.push_back(Link {
             seq: record.seq,
             wire: work.ops().iter().map(TxnOp::wire_size).sum(),
             chained: self.chainable(&work),
             reply: None,
         });
-        self.chain_tip = Some((record.clone(), bytes.clone()));
+        self.pipeline.chain_tip = Some((record.clone(), bytes.clone()));
         let prev = match &txn.compares[0] {
             c if c.target == CompareTarget::Value => c.bytes.clone(),
             _ => Vec::new(),
@@ -250,14 +254,14 @@ impl Mirror {
     /// `rev` is 0 when only a later Txn's success proved this one applied.
     pub(super) fn commit_applied(&mut self, now: Instant, c: Commit, rev: i64) {
         if rev > 0 {
-            self.fence_rev = rev;
+            self.fence.rev = rev;
         }
-        self.fence_rev_exact = rev > 0;
-        self.fence_bytes = c.bytes.clone();
-        self.failures_in_row = 0;
-        self.takeovers = 0;
-        self.backoff.reset();
-        self.throttle.reset();
+        self.fence.rev_exact = rev > 0;
+        self.pipeline.fence_bytes = c.bytes.clone();
+        self.pacing.failures_in_row = 0;
+        self.fence.takeovers = 0;
+        self.pacing.backoff.reset();
+        self.pacing.throttle.reset();
         self.status.backoff = None;
         self.status
             .set_condition(now, C::TargetReachable, true, "Reachable", "");
@@ -281,7 +285,7 @@ impl Mirror {
         }
         self.status.last_applied_revision = rec.watermark;
         self.history.committed(rec.watermark);
-        self.record = Some(rec);
+        self.fence.record = Some(rec);
         match c.work {
             Work::Claim => self.after_claim(now),
             Work::Scan {
@@ -309,7 +313,7 @@ impl Mirror {
                 }
                 // Under a steady stream the queue may never drain; genesis can still finish
                 // once the applied watermark itself passes every page's revision.
-                let proven = self.record.as_ref().and_then(|r| {
+                let proven = self.fence.record.as_ref().and_then(|r| {
                     let g = self.gen.as_ref()?;
                     (g.step == GenStep::Replaying
                         && self.work.is_empty()
@@ -322,7 +326,7 @@ impl Mirror {
                 }
                 let live = self.stage == Stage::Tail;
                 if live {
-                    self.consecutive_resyncs = 0;
+                    self.tail.consecutive_resyncs = 0;
                     self.status.set_condition(
                         now,
                         C::ResyncLoopDetected,
@@ -331,7 +335,11 @@ impl Mirror {
                         "",
                     );
                 }
-                let splitting = self.record.as_ref().is_some_and(|r| r.split.is_some());
+                let splitting = self
+                    .fence
+                    .record
+                    .as_ref()
+                    .is_some_and(|r| r.split.is_some());
                 self.status.set_condition(
                     now,
                     C::RevisionSplit,
@@ -365,6 +373,7 @@ impl Mirror {
             Work::Fence(FenceWhy::ScanAdvance) => {
                 self.pages_recorded();
                 let scanned = self
+                    .fence
                     .record
                     .as_ref()
                     .and_then(|r| r.scan.as_ref())
@@ -401,7 +410,7 @@ impl Mirror {
         match f {
             Failure::Unknown { .. } | Failure::Transient { .. } => {
                 // The write may have applied. Only the fence can tell.
-                self.resolving = true;
+                self.pipeline.resolving = true;
                 let cmd = self.fence_read_cmd();
                 self.issue(Job::ResolveUnknown(Box::new(c)), cmd);
             }
@@ -427,19 +436,21 @@ impl Mirror {
     }
 
     pub(super) fn on_resolve(&mut self, now: Instant, c: Commit, r: RangeReply) {
-        self.resolving = false;
+        self.pipeline.resolving = false;
         let current = r.kvs.into_iter().next();
         match &current {
             // Every commit rewrites the fence with a record of a new sequence number, so
             // the fence unchanged means it did not apply.
-            Some(kv) if kv.value == self.fence_bytes || kv.mod_revision == self.fence_rev => {
+            Some(kv)
+                if kv.value == self.pipeline.fence_bytes || kv.mod_revision == self.fence.rev =>
+            {
                 self.requeue_after_failure(now, c, false)
             }
             Some(kv) if kv.value == c.bytes => {
                 let rev = kv.mod_revision;
                 self.commit_applied(now, c, rev);
             }
-            None if self.fence_rev == 0 => self.requeue_after_failure(now, c, false),
+            None if self.fence.rev == 0 => self.requeue_after_failure(now, c, false),
             _ => self.judge_fence(now, c, current),
         }
     }
@@ -490,19 +501,19 @@ impl Mirror {
             // together under the fence compare, so the target is consistent at that record,
             // and no later write of ours can have landed over it. Adopt it and carry on from
             // it, as a restart would; everything in flight was built on the older record.
-            self.fence_bytes = kv.value.clone();
+            self.pipeline.fence_bytes = kv.value.clone();
             return self.adopt_own_late_write(now, kv.mod_revision, theirs);
         }
-        if theirs.epoch < c.record.epoch && self.takeovers < MAX_TAKEOVERS {
+        if theirs.epoch < c.record.epoch && self.fence.takeovers < MAX_TAKEOVERS {
             // A stale writer of our own link at a lower epoch: take over again.
-            self.takeovers += 1;
+            self.fence.takeovers += 1;
             self.abandon_chain();
-            self.fence_rev = kv.mod_revision;
-            self.next_seq = self.next_seq.max(theirs.seq + 1);
+            self.fence.rev = kv.mod_revision;
+            self.pipeline.next_seq = self.pipeline.next_seq.max(theirs.seq + 1);
             // The claim goes above every epoch this process held.
-            self.epoch_floor = self.epoch_floor.max(c.record.epoch + 1);
-            self.found = Some(theirs);
-            self.record = None;
+            self.fence.epoch_floor = self.fence.epoch_floor.max(c.record.epoch + 1);
+            self.fence.found = Some(theirs);
+            self.fence.record = None;
             self.work.clear();
             self.batcher.clear();
             self.cancel_watch();
@@ -525,11 +536,11 @@ impl Mirror {
 
     /// See [`Self::judge_fence`]: one of our writes landed after we had written it off.
     fn adopt_own_late_write(&mut self, now: Instant, fence_rev: i64, rec: Checkpoint) {
-        self.fence_rev = fence_rev;
-        self.fence_rev_exact = true;
+        self.fence.rev = fence_rev;
+        self.fence.rev_exact = true;
         self.status.own_late_writes_adopted += 1;
         self.status.last_applied_revision = self.status.last_applied_revision.max(rec.watermark);
-        self.record = Some(rec);
+        self.fence.record = Some(rec);
         if self.stage == Stage::Parked {
             // Still out of quota as far as we know: the next probe decides, now against the
             // adopted record's revision.
@@ -547,40 +558,40 @@ impl Mirror {
     }
 
     pub(super) fn requeue_after_failure(&mut self, now: Instant, c: Commit, throttled: bool) {
-        self.failures_in_row += 1;
+        self.pacing.failures_in_row += 1;
         let delay = if throttled {
-            self.throttle.next_delay(&mut self.rng)
+            self.pacing.throttle.next_delay(&mut self.rng)
         } else {
-            self.backoff.next_delay(&mut self.rng)
+            self.pacing.backoff.next_delay(&mut self.rng)
         };
         let at = now + delay;
         self.status.backoff = Some(BackoffState {
             kind: if throttled { "throttled" } else { "transient" }.into(),
-            attempt: self.failures_in_row,
+            attempt: self.pacing.failures_in_row,
             until: at,
         });
-        if self.failures_in_row >= WATCH_CANCEL_AFTER_FAILURES && self.watch.is_some() {
+        if self.pacing.failures_in_row >= WATCH_CANCEL_AFTER_FAILURES && self.tail.watch.is_some() {
             // The source watch's client buffer is unbounded: stop reading and resume from
             // the durable record once the target is writable again.
             self.cancel_watch();
             self.work.clear();
             self.batcher.clear();
-            self.resume_at = Some(at);
+            self.pacing.resume_at = Some(at);
             return;
         }
         if matches!(c.work, Work::Claim) {
             // A claim is re-derived from a fresh fence read.
-            self.resume_at = Some(at);
+            self.pacing.resume_at = Some(at);
             return;
         }
         if c.copy != self.copy_seq {
             // A forced resync replaced the copy this write was for: it would re-assert the
             // promise the resync dropped (see `on_compacted`).
-            self.hold_until = Some(at);
+            self.pacing.hold_until = Some(at);
             return;
         }
         self.work.push_front(c.work);
-        self.hold_until = Some(at);
+        self.pacing.hold_until = Some(at);
     }
 
     pub(super) fn shrink_or_fail(&mut self, now: Instant, c: Commit) {
@@ -642,7 +653,7 @@ impl Mirror {
         // The quota probe rewrites the record: it waits for a proof made after the park, so
         // a park that outlasts a restore of the source never re-asserts the old promise.
         self.history.unverify();
-        self.pass = None;
+        self.recon.pass = None;
         self.stage = Stage::Parked;
         self.status.phase = Phase::Degraded;
         self.status.set_condition(
@@ -657,7 +668,7 @@ impl Mirror {
         self.batcher.clear();
         self.gen = None;
         let at = now + self.cfg.sync.quota_probe_interval;
-        self.quota_probe_at = Some(at);
+        self.pacing.quota_probe_at = Some(at);
         self.status.backoff = Some(BackoffState {
             kind: "quota".into(),
             attempt: 0,

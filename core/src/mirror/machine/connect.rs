@@ -2,9 +2,35 @@
 
 use super::*;
 
+/// What the version probes found out about the two clusters.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Peers {
+    pub(super) src: Option<StatusReply>,
+    pub(super) tgt: Option<StatusReply>,
+    pub(super) progress_trusted: bool,
+    pub(super) drops_compact_tombstone: bool,
+}
+
+/// The fence as this agent knows it: the record it holds and how it was claimed.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Fence {
+    /// Mod revision of the fence as we last wrote or read it; 0 = absent.
+    pub(super) rev: i64,
+    /// Whether `rev` is the exact mod revision of `Pipeline::fence_bytes` (a write proven only
+    /// by a later Txn's success leaves it unknown). Genesis pages compare it.
+    pub(super) rev_exact: bool,
+    /// The record at `rev` (what the target holds), once claimed.
+    pub(super) record: Option<Checkpoint>,
+    /// The record read at startup, before our claim.
+    pub(super) found: Option<Checkpoint>,
+    pub(super) takeovers: u32,
+    /// The lowest epoch this agent may claim (an EtcdMirror's `metadata.generation`).
+    pub(super) epoch_floor: u64,
+}
+
 impl Mirror {
     pub(super) fn after_probes(&mut self, now: Instant) {
-        let (Some(src), Some(tgt)) = (self.src.clone(), self.tgt.clone()) else {
+        let (Some(src), Some(tgt)) = (self.peers.src.clone(), self.peers.tgt.clone()) else {
             return;
         };
         self.status.source_version = src.version.clone();
@@ -29,11 +55,11 @@ impl Mirror {
                 }
             }
         }
-        self.progress_trusted =
+        self.peers.progress_trusted =
             Version::parse(&src.version).is_some_and(|v| v.progress_notify_trusted());
-        self.drops_compact_tombstone =
+        self.peers.drops_compact_tombstone =
             Version::parse(&src.version).is_some_and(|v| v.drops_compact_tombstone());
-        self.status.progress_trusted = self.progress_trusted;
+        self.status.progress_trusted = self.peers.progress_trusted;
         let learner = src.is_learner || tgt.is_learner;
         self.status.set_condition(
             now,
@@ -80,8 +106,8 @@ impl Mirror {
             None => None,
             Some(kv) => match Checkpoint::decode(&kv.value) {
                 Ok(c) => {
-                    self.fence_rev = kv.mod_revision;
-                    self.next_seq = self.next_seq.max(c.seq + 1);
+                    self.fence.rev = kv.mod_revision;
+                    self.pipeline.next_seq = self.pipeline.next_seq.max(c.seq + 1);
                     Some(c)
                 }
                 Err(e) => {
@@ -101,7 +127,7 @@ impl Mirror {
                     format!("the fence key holds the checkpoint of another link ({:?}); choose another target prefix or checkpoint.key", c.link),
                 );
             }
-            if c.role == Role::Primary && self.drain_requested {
+            if c.role == Role::Primary && self.drain.requested {
                 // A drain that already cut over (e.g. killed right after the flip): done.
                 let cutover = Cutover {
                     drain_target_revision: c.watermark,
@@ -122,17 +148,17 @@ impl Mirror {
             }
             self.status.last_applied_revision = c.watermark;
         }
-        self.found = found;
+        self.fence.found = found;
         self.prove_at_connect(now);
     }
 
     /// The found record's history is proven (or it had no progress): RequireEmpty, then claim.
     pub(super) fn after_fence_proven(&mut self, now: Instant) {
-        let needs_genesis = match &self.found {
+        let needs_genesis = match &self.fence.found {
             None => true,
             Some(c) => c.scan.is_some() || (c.watermark == 0 && c.split.is_none()),
         };
-        let fresh = self.found.as_ref().is_none_or(|c| c.scan.is_none());
+        let fresh = self.fence.found.as_ref().is_none_or(|c| c.scan.is_none());
         if needs_genesis
             && fresh
             && self.cfg.initial_sync.start_revision == 0
@@ -167,7 +193,7 @@ impl Mirror {
             .iter()
             .find(|kv| self.keys.is_checkpoint(&kv.key))
             .map(|kv| kv.mod_revision);
-        if fence_now.is_some_and(|rev| rev != self.fence_rev) {
+        if fence_now.is_some_and(|rev| rev != self.fence.rev) {
             // The fence moved since it was read (another agent claimed and wrote): the keys
             // are the mirror's own, not foreign ones. Read the fence again and go on from it.
             let cmd = self.fence_read_cmd();
@@ -193,10 +219,10 @@ impl Mirror {
 
     /// Claims the fence at a new epoch, carrying the found record's progress forward.
     pub(super) fn claim(&mut self, now: Instant) {
-        let base = self.found.clone();
-        let epoch = (base.as_ref().map_or(0, |c| c.epoch) + 1).max(self.epoch_floor);
-        let src_id = self.src.as_ref().map_or(0, |s| s.cluster_id);
-        let tgt_id = self.tgt.as_ref().map_or(0, |s| s.cluster_id);
+        let base = self.fence.found.clone();
+        let epoch = (base.as_ref().map_or(0, |c| c.epoch) + 1).max(self.fence.epoch_floor);
+        let src_id = self.peers.src.as_ref().map_or(0, |s| s.cluster_id);
+        let tgt_id = self.peers.tgt.as_ref().map_or(0, |s| s.cluster_id);
         let mut rec = base.unwrap_or(Checkpoint {
             v: VERSION,
             seq: 0,

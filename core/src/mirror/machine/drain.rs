@@ -16,6 +16,15 @@ use super::*;
 /// Verification rounds allowed before a drain gives up.
 const MAX_VERIFY_ROUNDS: u32 = 3;
 
+/// Whether a drain is asked for, and how far it is.
+#[derive(Debug, Clone)]
+pub(super) struct Draining {
+    pub(super) state: Option<DrainState>,
+    pub(super) requested: bool,
+    /// Whether a drain that was asked for moves (see `drain_watch.rs`).
+    pub(super) watch: Option<DrainWatch>,
+}
+
 /// Drain progress.
 #[derive(Debug, Clone)]
 pub(super) struct DrainState {
@@ -54,8 +63,8 @@ impl Mirror {
         if !self.quiescent() {
             return;
         }
-        if self.drain_requested && self.drain.is_none() {
-            self.drain = Some(DrainState {
+        if self.drain.requested && self.drain.state.is_none() {
+            self.drain.state = Some(DrainState {
                 target: None,
                 reading: false,
                 scan: None,
@@ -69,7 +78,7 @@ impl Mirror {
         }
         // A queued or in-flight cut-over keeps the agent from being quiescent; one that was
         // dropped (a park on NOSPACE, a takeover) is redone from a fresh verification.
-        if let Some(d) = &self.drain {
+        if let Some(d) = &self.drain.state {
             if d.verdict.is_some() {
                 return;
             }
@@ -77,38 +86,38 @@ impl Mirror {
                 None if !d.reading => self.read_drain_target(),
                 None => {}
                 Some(t) => {
-                    let w = self.record.as_ref().map_or(0, |r| r.watermark);
+                    let w = self.fence.record.as_ref().map_or(0, |r| r.watermark);
                     if w >= t && self.batcher.is_empty() {
                         self.start_pass(now, PassPurpose::DrainVerify(1));
-                    } else if self.progress_trusted && self.watch.is_some() {
+                    } else if self.peers.progress_trusted && self.tail.watch.is_some() {
                         // Ask for progress often so an idle prefix reaches the target.
                         let soon = now + Duration::from_secs(1);
-                        if self.next_progress_request.is_none_or(|t| t > soon) {
-                            self.next_progress_request = Some(soon);
+                        if self.tail.next_progress_request.is_none_or(|t| t > soon) {
+                            self.tail.next_progress_request = Some(soon);
                         }
                     }
                 }
             }
             return;
         }
-        let due = self.next_reconcile.is_some_and(|t| now >= t);
-        if self.reconcile_requested || due {
-            self.reconcile_requested = false;
+        let due = self.recon.next_reconcile.is_some_and(|t| now >= t);
+        if self.recon.reconcile_requested || due {
+            self.recon.reconcile_requested = false;
             self.start_pass(now, PassPurpose::Periodic);
         }
     }
 
     pub(super) fn drain_target_cmd(&self) -> Option<Command> {
-        if self.progress_trusted {
+        if self.peers.progress_trusted {
             return Some(self.r0_cmd());
         }
-        let scan = self.drain.as_ref()?.scan.as_ref()?;
+        let scan = self.drain.state.as_ref()?.scan.as_ref()?;
         scan.cmd(self.cfg.sync.page_key_limit)
     }
 
     fn read_drain_target(&mut self) {
         let windows = self.keys.source_windows();
-        if let Some(d) = &mut self.drain {
+        if let Some(d) = &mut self.drain.state {
             d.reading = true;
             d.scan = Some(ModScan::new(windows));
         }
@@ -119,13 +128,13 @@ impl Mirror {
 
     pub(super) fn on_drain_target(&mut self, now: Instant, r: RangeReply) {
         self.observe_source_rev(now, r.header_revision);
-        let target = if self.progress_trusted {
+        let target = if self.peers.progress_trusted {
             r.header_revision
         } else {
             self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
             self.status.source_keys_returned += r.kvs.len() as u64;
             let limit = self.cfg.sync.page_key_limit;
-            let Some(scan) = self.drain.as_mut().and_then(|d| d.scan.as_mut()) else {
+            let Some(scan) = self.drain.state.as_mut().and_then(|d| d.scan.as_mut()) else {
                 return;
             };
             if !scan.on_page(r, limit) {
@@ -135,12 +144,12 @@ impl Mirror {
                 return;
             }
             let (at, count, max_mod) = (scan.at, scan.count, scan.max_mod);
-            if let Some(d) = &mut self.drain {
+            if let Some(d) = &mut self.drain.state {
                 d.snapshot = Some((at, count));
             }
             max_mod
         };
-        if let Some(d) = &mut self.drain {
+        if let Some(d) = &mut self.drain.state {
             d.reading = false;
             d.target = Some(target);
         }
@@ -165,11 +174,11 @@ impl Mirror {
         pinned: bool,
     ) {
         let drift = counts.missing + counts.divergent + counts.orphan;
-        if let Some(w) = &mut self.drain_watch {
+        if let Some(w) = &mut self.drain.watch {
             w.unpinned_rounds = if pinned { 0 } else { w.unpinned_rounds + 1 };
         }
-        let w = self.record.as_ref().map_or(0, |r| r.watermark);
-        let snapshot = self.drain.as_ref().and_then(|d| d.snapshot);
+        let w = self.fence.record.as_ref().map_or(0, |r| r.watermark);
+        let snapshot = self.drain.state.as_ref().and_then(|d| d.snapshot);
         if !pinned {
             // The watermark was compacted, so the round compared against the latest source:
             // a delete still in flight looks like an orphan and nothing is proven.
@@ -177,7 +186,7 @@ impl Mirror {
                 return self.start_pass(now, PassPurpose::DrainSnapshot(at));
             }
             // Read the drain target again and verify once the watermark reaches it.
-            if let Some(d) = &mut self.drain {
+            if let Some(d) = &mut self.drain.state {
                 d.forget_target();
             }
             return;
@@ -186,7 +195,7 @@ impl Mirror {
             if drift == 0 && u64::try_from(keys).ok() != Some(counts.source_key_count) {
                 // Deletes between the watermark and the snapshot have not been applied
                 // yet: wait for the watch, then read the target again.
-                if let Some(d) = &mut self.drain {
+                if let Some(d) = &mut self.drain.state {
                     d.forget_target();
                 }
                 return;
@@ -213,7 +222,7 @@ impl Mirror {
     /// A clean verification round: flip the fence to Primary.
     fn queue_cutover(&mut self, now: Instant, counts: Counts) {
         let leased = self.status.lease_backed_key_count;
-        if let Some(d) = &mut self.drain {
+        if let Some(d) = &mut self.drain.state {
             d.counts = counts;
             d.leased = leased;
             d.verified_at = Some(now);
@@ -229,13 +238,13 @@ impl Mirror {
         let clean = pinned && drift == 0;
         // Drift here cannot be repaired until a pass pins the watermark: the round counts
         // as one that could not compare at it.
-        if let Some(w) = &mut self.drain_watch {
+        if let Some(w) = &mut self.drain.watch {
             w.unpinned_rounds = if clean { 0 } else { w.unpinned_rounds + 1 };
         }
         if clean {
             return self.queue_cutover(now, counts);
         }
-        if let Some(d) = &mut self.drain {
+        if let Some(d) = &mut self.drain.state {
             d.forget_target();
         }
     }
@@ -244,7 +253,7 @@ impl Mirror {
     /// what it wrote looks like drift of ours. So a verdict that would stop the drain waits
     /// for a fence read; it stands only if the fence is still the record we wrote.
     fn confirm_verdict(&mut self, kind: FailKind, message: String) {
-        if let Some(d) = &mut self.drain {
+        if let Some(d) = &mut self.drain.state {
             d.verdict = Some((kind, message));
         }
         let cmd = self.fence_read_cmd();
@@ -252,7 +261,7 @@ impl Mirror {
     }
 
     pub(super) fn on_verdict_fence(&mut self, now: Instant, r: RangeReply) {
-        let Some((kind, message)) = self.drain.as_mut().and_then(|d| d.verdict.take()) else {
+        let Some((kind, message)) = self.drain.state.as_mut().and_then(|d| d.verdict.take()) else {
             return;
         };
         // Our holder nonce, not our last mod revision: a write of ours may land meanwhile.
@@ -280,8 +289,8 @@ impl Mirror {
     /// The fence is now Primary: publish the cut-over record and stop.
     pub(super) fn cutover_done(&mut self, now: Instant) {
         self.cancel_watch();
-        let w = self.record.as_ref().map_or(0, |r| r.watermark);
-        let d = self.drain.take();
+        let w = self.fence.record.as_ref().map_or(0, |r| r.watermark);
+        let d = self.drain.state.take();
         let cutover = Cutover {
             drain_target_revision: d.as_ref().and_then(|d| d.target).unwrap_or(w),
             drained_revision: w,

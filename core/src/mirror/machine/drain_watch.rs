@@ -40,7 +40,7 @@ pub(super) struct DrainWatch {
 impl Mirror {
     /// When the drain watch next needs to look, if it is not already reporting a block.
     pub(super) fn drain_watch_deadline(&self) -> Option<Instant> {
-        let w = self.drain_watch.as_ref()?;
+        let w = self.drain.watch.as_ref()?;
         let reported = self
             .status
             .conditions
@@ -51,11 +51,11 @@ impl Mirror {
 
     /// Refreshes `CutoverReady` while a drain is asked for (called with every status refresh).
     pub(super) fn watch_drain(&mut self, now: Instant) {
-        if !self.drain_requested || self.stage == Stage::Stopped {
+        if !self.drain.requested || self.stage == Stage::Stopped {
             return;
         }
         let mark = self.status.drain_progress();
-        let w = self.drain_watch.get_or_insert(DrainWatch {
+        let w = self.drain.watch.get_or_insert(DrainWatch {
             since: now,
             mark,
             unpinned_rounds: 0,
@@ -75,7 +75,7 @@ impl Mirror {
         if cleared && block.as_ref().is_some_and(|(r, _)| r == STALLED) {
             // The known block (a pause, a full target, ...) went away: that is movement,
             // and the drain gets the bound again to show progress before it is Stalled.
-            if let Some(w) = &mut self.drain_watch {
+            if let Some(w) = &mut self.drain.watch {
                 w.since = now;
             }
             block = None;
@@ -88,7 +88,7 @@ impl Mirror {
 
     /// A loop the drain cannot leave by itself, even though it keeps reading.
     fn drain_loop(&self) -> Option<(String, String)> {
-        let unpinned = self.drain_watch.as_ref().map_or(0, |w| w.unpinned_rounds);
+        let unpinned = self.drain.watch.as_ref().map_or(0, |w| w.unpinned_rounds);
         if unpinned >= UNPINNED_ROUNDS_BLOCK {
             return Some((
                 "WatermarkCompacted".into(),
@@ -164,7 +164,7 @@ impl Mirror {
             Stage::Genesis => "initial sync",
             Stage::Parked => "parked",
             Stage::Stopped => "stopped",
-            Stage::Tail if self.pass.is_some() => "verifying",
+            Stage::Tail if self.recon.pass.is_some() => "verifying",
             Stage::Tail => "catching up",
         }
     }

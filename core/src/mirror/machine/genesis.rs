@@ -20,22 +20,23 @@ impl Mirror {
         // Pages in flight may still apply, under the revision the resumed scan writes at
         // too: same scan, same base, and the replay comes after the next fence write.
         self.pages.clear();
-        self.pass = None;
+        self.recon.pass = None;
         self.cancel_watch();
         self.work.clear();
         self.batcher.clear();
-        self.watch_paused = false;
-        self.retry.clear();
+        self.tail.watch_paused = false;
+        self.cmds.retry.clear();
         // A proof read waiting out its backoff was among the retries: unless one is in
         // flight, the round must be asked again, or no write would ever be proven.
         if !self
+            .cmds
             .inflight
             .values()
             .any(|j| matches!(j, Job::ProveHistory { .. }))
         {
             self.history.proving = false;
         }
-        let Some(rec) = self.record.clone() else {
+        let Some(rec) = self.fence.record.clone() else {
             // Never claimed (a failed claim): start over from reading the fence.
             self.history.resume(None);
             self.stage = Stage::Fencing;
@@ -180,10 +181,10 @@ impl Mirror {
 
     /// Opens the watch at base+1 and starts (or continues) paging.
     pub(super) fn begin_scan(&mut self, now: Instant) {
-        let Some(scan) = self.record.as_ref().and_then(|r| r.scan.clone()) else {
+        let Some(scan) = self.fence.record.as_ref().and_then(|r| r.scan.clone()) else {
             return;
         };
-        self.delivered = scan.base;
+        self.tail.delivered = scan.base;
         self.history.genesis_seen = Some((scan.base, 0, String::new()));
         self.open_watch(now, scan.base + 1);
         let windows = self.keys.source_windows();
@@ -394,14 +395,15 @@ impl Mirror {
                     }
                     return self.pump(now);
                 }
-                if self.delivered >= g.rmax {
-                    self.replay_proven(now, self.delivered);
-                } else if self.progress_trusted {
+                if self.tail.delivered >= g.rmax {
+                    self.replay_proven(now, self.tail.delivered);
+                } else if self.peers.progress_trusted {
                     // Ask for a progress notification soon: it proves the watch past Rmax.
                     let soon = now + Duration::from_secs(1);
-                    if self.watch.is_some() && self.next_progress_request.is_some_and(|t| t > soon)
+                    if self.tail.watch.is_some()
+                        && self.tail.next_progress_request.is_some_and(|t| t > soon)
                     {
-                        self.next_progress_request = Some(soon);
+                        self.tail.next_progress_request = Some(soon);
                     }
                 } else if g.probe_at.is_none() && g.probe.is_none() {
                     self.probe_untrusted();
@@ -411,9 +413,10 @@ impl Mirror {
             // reads of one page would advance the cursor twice).
             GenStep::Sweeping
                 if !self
+                    .cmds
                     .inflight
                     .values()
-                    .chain(self.retry.iter().map(|r| &r.job))
+                    .chain(self.cmds.retry.iter().map(|r| &r.job))
                     .any(|j| matches!(j, Job::SweepPage(_))) =>
             {
                 self.next_sweep_page(now);
@@ -479,9 +482,10 @@ impl Mirror {
         else {
             return;
         };
-        let d = self.delivered;
+        let d = self.tail.delivered;
         if g.live.is_none()
             && !self
+                .cmds
                 .inflight
                 .values()
                 .any(|j| matches!(j, Job::CountLive { .. }))
@@ -501,8 +505,8 @@ impl Mirror {
             && !committing
             && self.batcher.is_empty()
         {
-            g.rmax = self.delivered;
-            self.replay_proven(now, self.delivered);
+            g.rmax = self.tail.delivered;
+            self.replay_proven(now, self.tail.delivered);
         } else {
             g.probe_at = Some(now + UNTRUSTED_PROBE_EVERY);
         }
@@ -526,7 +530,7 @@ impl Mirror {
     /// The range's key count at `rev` answered: it is the live count if nothing was
     /// delivered since (the watch keeps it from there); otherwise the next probe asks again.
     pub(super) fn on_count_live(&mut self, rev: i64, r: RangeReply) {
-        let delivered = self.delivered;
+        let delivered = self.tail.delivered;
         if let Some(g) = self.gen.as_mut().filter(|_| delivered == rev) {
             g.live = Some(r.count);
         }
@@ -536,6 +540,7 @@ impl Mirror {
     /// page, so genesis can finish at `applied`; events after it wait in order.
     pub(super) fn replay_proven(&mut self, now: Instant, applied: i64) {
         let base = self
+            .fence
             .record
             .as_ref()
             .and_then(|r| r.scan.as_ref())
@@ -594,7 +599,7 @@ impl Mirror {
     }
 
     pub(super) fn on_sweep_page(&mut self, now: Instant, mut r: RangeReply) {
-        let floor = self.record.as_ref().map_or(0, |c| c.prune_floor);
+        let floor = self.fence.record.as_ref().map_or(0, |c| c.prune_floor);
         let window = self
             .gen
             .as_ref()
@@ -661,8 +666,8 @@ impl Mirror {
             self.feed_events(now, events);
         }
         self.batcher.flush();
-        if self.next_progress_request.is_none() {
-            self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
+        if self.tail.next_progress_request.is_none() {
+            self.tail.next_progress_request = Some(now + self.cfg.sync.progress_interval);
         }
     }
 }

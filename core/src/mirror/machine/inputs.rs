@@ -11,8 +11,8 @@ impl Mirror {
                 self.status.phase = Phase::Paused;
             }
             Control::Resume => self.paused = false,
-            Control::Drain => self.drain_requested = true,
-            Control::Reconcile => self.reconcile_requested = true,
+            Control::Drain => self.drain.requested = true,
+            Control::Reconcile => self.recon.reconcile_requested = true,
         }
         self.pump(now);
     }
@@ -29,11 +29,11 @@ impl Mirror {
             }
             (Job::WatchOpen(_), Err(f)) => self.on_watch(now, WatchEvent::Failed { failure: f }),
             (Job::ProbeSource, Ok(Reply::Status(s))) => {
-                self.src = Some(s);
+                self.peers.src = Some(s);
                 self.after_probes(now);
             }
             (Job::ProbeTarget, Ok(Reply::Status(s))) => {
-                self.tgt = Some(s);
+                self.peers.tgt = Some(s);
                 self.after_probes(now);
             }
             (Job::ReadFence, Ok(Reply::Range(r))) => self.on_fence_read(now, r),
@@ -56,7 +56,7 @@ impl Mirror {
             (Job::ProbeMaxModRevision(_), Ok(Reply::Range(r))) => self.on_untrusted_probe(now, r),
             (Job::SweepPage(_), Ok(Reply::Range(r))) => self.on_sweep_page(now, r),
             (Job::PassSource(seq) | Job::PassTarget(seq), _)
-                if self.pass.as_ref().is_none_or(|p| p.seq != seq) => {}
+                if self.recon.pass.as_ref().is_none_or(|p| p.seq != seq) => {}
             (Job::PassSource(_), Ok(Reply::Range(r))) => self.on_pass_page(now, true, r),
             (Job::PassTarget(_), Ok(Reply::Range(r))) => self.on_pass_page(now, false, r),
             (Job::PassSource(_), Err(Failure::Compacted { .. })) => self.on_pass_compacted(now),
@@ -113,7 +113,7 @@ impl Mirror {
                     }
                 }
                 Job::DrainTarget => {
-                    if let Some(s) = self.drain.as_mut().and_then(|d| d.scan.as_mut()) {
+                    if let Some(s) = self.drain.state.as_mut().and_then(|d| d.scan.as_mut()) {
                         s.restart();
                     }
                 }
@@ -173,7 +173,7 @@ impl Mirror {
             Job::PassSource(_) | Job::PassTarget(_) => self.pass_command(job)?,
             Job::DrainTarget => self.drain_target_cmd()?,
             Job::WatchGuard { watch_id, from } | Job::WatchRecheck { watch_id, from } => {
-                if self.watch != Some(*watch_id) {
+                if self.tail.watch != Some(*watch_id) {
                     return None;
                 }
                 self.watch_open_step(*watch_id, *from).1

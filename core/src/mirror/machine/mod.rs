@@ -47,14 +47,17 @@ use crate::mirror::status::{BackoffState, ConditionType as C, Counts, Cutover, P
 use crate::mirror::version::Version;
 use crate::rng::Rng;
 use crate::time::Instant;
-use drain::DrainState;
+use connect::{Fence, Peers};
+use drain::Draining;
 use drain_watch::DrainWatch;
 pub use drain_watch::{DRAIN_PROGRESSING, DRAIN_STALL_AFTER};
 use history::History;
 use modscan::ModScan;
 use pages::Pages;
-use pipeline::{Break, Link};
-use reconcile::{Pass, PassPurpose};
+use pipeline::{Break, Link, Pipeline};
+use plumbing::{Commands, Pacing};
+use reconcile::{PassPurpose, Reconciliation};
+use tail::TailState;
 
 /// Minimum spacing of fence-only writes that advance an idle watermark.
 const IDLE_ADVANCE_EVERY: Duration = Duration::from_secs(5);
@@ -312,89 +315,35 @@ pub struct Mirror {
     status: Status,
     stage: Stage,
 
-    next_id: CommandId,
-    out: VecDeque<Output>,
-    inflight: BTreeMap<CommandId, Job>,
-    /// Reads (and watch reopens) waiting out a backoff, in the order they failed.
-    retry: Vec<Retry>,
-    /// Target work waits until this time (backoff after a failed write).
-    hold_until: Option<Instant>,
+    /// Commands in flight and outputs to poll (see `plumbing.rs`).
+    cmds: Commands,
     stopped: Option<StopReason>,
     gen_seq: u64,
 
-    src: Option<StatusReply>,
-    tgt: Option<StatusReply>,
-    progress_trusted: bool,
-
-    /// Mod revision of the fence as we last wrote or read it; 0 = absent.
-    fence_rev: i64,
-    /// The record at `fence_rev` (what the target holds), once claimed.
-    record: Option<Checkpoint>,
-    /// The record read at startup, before our claim.
-    found: Option<Checkpoint>,
-    takeovers: u32,
-
-    watch: Option<u64>,
-    next_watch_id: u64,
-    /// Every event up to this revision has been delivered on the current watch line.
-    delivered: i64,
-    /// The watch was cancelled for backpressure and must reopen once the queue drains.
-    watch_paused: bool,
+    /// What the version probes found (see `connect.rs`).
+    peers: Peers,
+    /// The fence and our record in it (see `connect.rs`).
+    fence: Fence,
+    /// The source watch (see `tail.rs`).
+    tail: TailState,
+    /// Backoff, throttling and pacing of retries and writes (see `plumbing.rs`).
+    pacing: Pacing,
+    /// Reconciliation passes (see `reconcile.rs`).
+    recon: Reconciliation,
+    /// The drain (see `drain.rs`).
+    drain: Draining,
 
     gen: Option<Genesis>,
     batcher: Batcher,
     work: VecDeque<Work>,
-    /// Fenced Txns in flight, in chain order, each with its reply once it came (replies are
-    /// acted on in chain order). See `pipeline.rs`.
-    chain: VecDeque<Link>,
-    /// The bytes the fence holds as far as we know: what the next Txn compares.
-    fence_bytes: Vec<u8>,
-    /// The record (and its bytes) the newest Txn in flight installs.
-    chain_tip: Option<(Checkpoint, Vec<u8>)>,
-    /// The sequence number of the next record (unique per link; see `Checkpoint::seq`).
-    next_seq: u64,
-    /// A fence read is resolving an unknown outcome: nothing else is written meanwhile.
-    resolving: bool,
-    /// The chain broke with Txns still in flight: wait for them, then resume from the fence.
-    broken: Option<Break>,
-    /// How many Txns may be in flight now (grows by one per applied Txn up to the limit
-    /// derived from the commit round trip; back to one after a break).
-    depth: usize,
-    /// Smoothed commit round trip.
-    commit_rtt: Option<Duration>,
-    /// Whether `fence_rev` is the exact mod revision of `fence_bytes` (a write proven only
-    /// by a later Txn's success leaves it unknown). Genesis pages compare it.
-    fence_rev_exact: bool,
+    /// The fenced Txns in flight and what they build on. See `pipeline.rs`.
+    pipeline: Pipeline,
     /// Genesis pages sent since the durable cursor (see `pages.rs`).
     pages: Pages,
 
-    backoff: Backoff,
-    throttle: Backoff,
-    pacer: Pacer,
-    failures_in_row: u32,
-    next_progress_request: Option<Instant>,
-    last_idle_advance: Option<Instant>,
-    quota_probe_at: Option<Instant>,
-    resume_at: Option<Instant>,
-    lag_since: Option<Instant>,
-    consecutive_resyncs: u32,
     shutdown: bool,
-    pass: Option<Pass>,
-    pass_seq: u64,
-    next_reconcile: Option<Instant>,
-    reconcile_requested: bool,
-    drain: Option<DrainState>,
-    drain_requested: bool,
-    /// Whether a drain that was asked for moves (see `drain_watch.rs`).
-    drain_watch: Option<DrainWatch>,
     paused: bool,
     started: bool,
-    /// The lowest epoch this agent may claim (an EtcdMirror's `metadata.generation`).
-    epoch_floor: u64,
-    /// A watch on an etcd #18089 server whose start is not yet re-verified (id, from,
-    /// recheck sent); target writes of its events wait for the recheck.
-    watch_unverified: Option<(u64, i64, bool)>,
-    drops_compact_tombstone: bool,
     history: History,
     /// Counts forced resyncs: a commit sent for a copy a resync replaced is not redone when
     /// it turns out not to have applied (its data and record vouch for the replaced copy).
@@ -425,60 +374,35 @@ impl Mirror {
             link,
             status,
             stage: Stage::Connecting,
-            next_id: 1,
-            out: VecDeque::new(),
-            inflight: BTreeMap::new(),
-            retry: Vec::new(),
-            hold_until: None,
+            cmds: Commands::new(),
             stopped: None,
             gen_seq: 0,
-            src: None,
-            tgt: None,
-            progress_trusted: false,
-            fence_rev: 0,
-            record: None,
-            found: None,
-            takeovers: 0,
-            watch: None,
-            next_watch_id: 1,
-            delivered: 0,
-            watch_paused: false,
+            peers: Peers::default(),
+            fence: Fence::default(),
+            tail: TailState::new(),
+            pacing: Pacing {
+                backoff: Backoff::new(b.initial_delay, b.max_delay),
+                throttle: Backoff::throttled(b.initial_delay, b.max_delay),
+                pacer: Pacer::new(s.max_ops_per_second),
+                failures_in_row: 0,
+                hold_until: None,
+                quota_probe_at: None,
+                resume_at: None,
+            },
+            recon: Reconciliation::default(),
+            drain: Draining {
+                state: None,
+                requested: config.mode == Mode::Drain,
+                watch: None,
+            },
             gen: None,
             batcher: Batcher::new(limits, allow_split),
             work: VecDeque::new(),
-            chain: VecDeque::new(),
-            fence_bytes: Vec::new(),
-            chain_tip: None,
-            next_seq: 1,
-            resolving: false,
-            broken: None,
-            depth: 1,
-            commit_rtt: None,
-            fence_rev_exact: false,
+            pipeline: Pipeline::new(),
             pages: Pages::default(),
-            backoff: Backoff::new(b.initial_delay, b.max_delay),
-            throttle: Backoff::throttled(b.initial_delay, b.max_delay),
-            pacer: Pacer::new(s.max_ops_per_second),
-            failures_in_row: 0,
-            next_progress_request: None,
-            last_idle_advance: None,
-            quota_probe_at: None,
-            resume_at: None,
-            lag_since: None,
-            consecutive_resyncs: 0,
             shutdown: false,
-            pass: None,
-            pass_seq: 0,
-            next_reconcile: None,
-            reconcile_requested: false,
-            drain: None,
-            drain_requested: config.mode == Mode::Drain,
-            drain_watch: None,
             paused: false,
             started: false,
-            epoch_floor: 0,
-            watch_unverified: None,
-            drops_compact_tombstone: false,
             history: History::default(),
             copy_seq: 0,
             keys,
@@ -490,7 +414,7 @@ impl Mirror {
     /// Claims at least this epoch. Under Kubernetes the EtcdMirror's `metadata.generation`
     /// is the floor, so an agent running an older spec can never out-rank a newer one.
     pub fn set_epoch_floor(&mut self, floor: u64) {
-        self.epoch_floor = floor;
+        self.fence.epoch_floor = floor;
     }
 
     /// The published status.
@@ -510,7 +434,7 @@ impl Mirror {
         }
         match input {
             Input::Done { id, result } => {
-                let Some(job) = self.inflight.remove(&id) else {
+                let Some(job) = self.cmds.inflight.remove(&id) else {
                     return;
                 };
                 if self.check_source_reply(now, id, &job, &result) {
@@ -518,7 +442,7 @@ impl Mirror {
                 }
             }
             Input::Watch { watch_id, event } => {
-                if self.watch == Some(watch_id) {
+                if self.tail.watch == Some(watch_id) {
                     self.on_watch(now, event);
                 }
             }
@@ -549,7 +473,7 @@ impl Mirror {
         self.fire_timers(now);
         self.pump(now);
         self.refresh_status(now);
-        if let Some(o) = self.out.pop_front() {
+        if let Some(o) = self.cmds.out.pop_front() {
             return o;
         }
         if let Some(r) = &self.stopped {

@@ -101,7 +101,7 @@ impl Pages {
 impl Mirror {
     /// Whether genesis pages bypass the chain (see the module docs).
     pub(super) fn pages_commute(&self) -> bool {
-        self.progress_trusted
+        self.peers.progress_trusted
     }
 
     /// Whether `work` is a page Txn of the order-free kind.
@@ -140,7 +140,7 @@ impl Mirror {
     /// The page side of `pump_one`: `Some(sent)` when it decided, `None` to go on with the
     /// ordinary queue (a cursor write, or no page work).
     pub(super) fn pump_page(&mut self, now: Instant) -> Option<bool> {
-        if !self.pages_commute() || !self.chain.is_empty() {
+        if !self.pages_commute() || !self.pipeline.chain.is_empty() {
             // A fence write in flight: pages wait for its revision.
             return None;
         }
@@ -183,12 +183,12 @@ impl Mirror {
             return Some(true);
         }
         if self.pages.slots.is_empty() {
-            if !self.fence_rev_exact || self.fence_rev <= 0 {
+            if !self.fence.rev_exact || self.fence.rev <= 0 {
                 // Pages compare the fence's exact mod revision; write the fence to learn it.
                 self.work.push_front(Work::Fence(FenceWhy::ScanAdvance));
                 return None;
             }
-            self.pages.base = self.fence_rev;
+            self.pages.base = self.fence.rev;
         }
         if !self.page_room() || !self.paced(now, front) {
             return Some(false);
@@ -202,7 +202,7 @@ impl Mirror {
     /// Whether the pacer lets `work` go now.
     fn paced(&self, now: Instant, work: &Work) -> bool {
         let n = work.ops().len() as u64;
-        !(self.pacer.enabled() && n > 0 && self.pacer.ready_at(now) > now)
+        !(self.pacing.pacer.enabled() && n > 0 && self.pacing.pacer.ready_at(now) > now)
     }
 
     fn push_slot(&mut self, work: Work, state: SlotState) -> usize {
@@ -229,7 +229,7 @@ impl Mirror {
         slot.state = SlotState::InFlight;
         let id = slot.id;
         let ops = slot.work.ops().to_vec();
-        self.pacer.consume(now, ops.len() as u64);
+        self.pacing.pacer.consume(now, ops.len() as u64);
         self.pages.since.get_or_insert(now);
         let txn = TxnRequest {
             compares: vec![Compare::revision(
@@ -269,11 +269,11 @@ impl Mirror {
         match reply {
             Ok(t) if t.succeeded => {
                 let rtt = now.saturating_duration_since(sent);
-                self.commit_rtt = Some(match self.commit_rtt {
+                self.pipeline.commit_rtt = Some(match self.pipeline.commit_rtt {
                     None => rtt,
                     Some(old) => (old * 7 + rtt) / 8,
                 });
-                self.depth = (self.depth + 1).min(pipeline::MAX_DEPTH);
+                self.pipeline.depth = (self.pipeline.depth + 1).min(pipeline::MAX_DEPTH);
                 self.page_applied(now, i);
             }
             Ok(t) => {
@@ -298,9 +298,9 @@ impl Mirror {
             _ => (0, 0, 0),
         };
         let wire = slot.wire as u64;
-        self.failures_in_row = 0;
-        self.backoff.reset();
-        self.throttle.reset();
+        self.pacing.failures_in_row = 0;
+        self.pacing.backoff.reset();
+        self.pacing.throttle.reset();
         self.status.backoff = None;
         self.status
             .set_condition(now, C::TargetReachable, true, "Reachable", "");
@@ -334,29 +334,31 @@ impl Mirror {
                     s.state = SlotState::Queued;
                 }
                 self.status.page_resends += 1;
-                self.failures_in_row += 1;
+                self.pacing.failures_in_row += 1;
                 let delay = if throttled {
-                    self.throttle.next_delay(&mut self.rng)
+                    self.pacing.throttle.next_delay(&mut self.rng)
                 } else {
-                    self.backoff.next_delay(&mut self.rng)
+                    self.pacing.backoff.next_delay(&mut self.rng)
                 };
                 let at = now + delay;
                 self.status.backoff = Some(BackoffState {
                     kind: if throttled { "throttled" } else { "transient" }.into(),
-                    attempt: self.failures_in_row,
+                    attempt: self.pacing.failures_in_row,
                     until: at,
                 });
-                if self.failures_in_row >= WATCH_CANCEL_AFTER_FAILURES && self.watch.is_some() {
+                if self.pacing.failures_in_row >= WATCH_CANCEL_AFTER_FAILURES
+                    && self.tail.watch.is_some()
+                {
                     // As for any write (see `requeue_after_failure`): stop reading and
                     // resume from the durable record once the target is writable again.
                     self.cancel_watch();
                     self.work.clear();
                     self.batcher.clear();
                     self.pages.clear();
-                    self.resume_at = Some(at);
+                    self.pacing.resume_at = Some(at);
                     return;
                 }
-                self.hold_until = Some(self.hold_until.map_or(at, |h| h.max(at)));
+                self.pacing.hold_until = Some(self.pacing.hold_until.map_or(at, |h| h.max(at)));
             }
             // Everything in flight is dropped: unparking resumes from the durable record.
             Failure::NoSpace => {
@@ -406,14 +408,17 @@ impl Mirror {
     /// A page's compare failed: the fence holds `current`, which we did not write while
     /// pages were in flight. Judged as any failed compare is.
     fn judge_page_fence(&mut self, now: Instant, current: Option<KeyValue>) {
-        let Some(record) = self.record.clone() else {
+        let Some(record) = self.fence.record.clone() else {
             return self.resume_from_record(now);
         };
-        if let Some(kv) = current.as_ref().filter(|kv| kv.value == self.fence_bytes) {
+        if let Some(kv) = current
+            .as_ref()
+            .filter(|kv| kv.value == self.pipeline.fence_bytes)
+        {
             // Our own record, rewritten at a new revision (by someone who copied it): pages
             // cannot tell what happened to the target meanwhile, so start over from it.
-            self.fence_rev = kv.mod_revision;
-            self.fence_rev_exact = true;
+            self.fence.rev = kv.mod_revision;
+            self.fence.rev_exact = true;
             self.stage = Stage::Fencing;
             return self.resume_from_record(now);
         }
@@ -422,8 +427,8 @@ impl Mirror {
         let c = Commit {
             work: Work::Fence(FenceWhy::ScanAdvance),
             record,
-            bytes: self.fence_bytes.clone(),
-            prev: self.fence_bytes.clone(),
+            bytes: self.pipeline.fence_bytes.clone(),
+            prev: self.pipeline.fence_bytes.clone(),
             sent: now,
             resends: 0,
             copy: self.copy_seq,

@@ -19,6 +19,45 @@
 
 use super::*;
 
+/// The commit chain's own state, apart from the flows that feed it work.
+#[derive(Debug, Clone)]
+pub(super) struct Pipeline {
+    /// Fenced Txns in flight, in chain order, each with its reply once it came (replies are
+    /// acted on in chain order).
+    pub(super) chain: VecDeque<Link>,
+    /// The bytes the fence holds as far as we know: what the next Txn compares.
+    pub(super) fence_bytes: Vec<u8>,
+    /// The record (and its bytes) the newest Txn in flight installs.
+    pub(super) chain_tip: Option<(Checkpoint, Vec<u8>)>,
+    /// The sequence number of the next record (unique per link; see `Checkpoint::seq`).
+    pub(super) next_seq: u64,
+    /// A fence read is resolving an unknown outcome: nothing else is written meanwhile.
+    pub(super) resolving: bool,
+    /// The chain broke with Txns still in flight: wait for them, then resume from the fence.
+    pub(super) broken: Option<Break>,
+    /// How many Txns may be in flight now (grows by one per applied Txn up to the limit
+    /// derived from the commit round trip; back to one after a break).
+    pub(super) depth: usize,
+    /// Smoothed commit round trip.
+    pub(super) commit_rtt: Option<Duration>,
+}
+
+impl Pipeline {
+    /// An empty chain of depth one, whose first record has sequence number 1.
+    pub(super) fn new() -> Pipeline {
+        Pipeline {
+            chain: VecDeque::new(),
+            fence_bytes: Vec::new(),
+            chain_tip: None,
+            next_seq: 1,
+            resolving: false,
+            broken: None,
+            depth: 1,
+            commit_rtt: None,
+        }
+    }
+}
+
 /// One Txn of the chain and, once it came, its reply.
 #[derive(Debug, Clone)]
 pub(super) struct Link {
@@ -56,24 +95,24 @@ const TARGET_TXN_COST: Duration = Duration::from_millis(2);
 impl Mirror {
     /// Whether any fenced write is in flight or being resolved.
     pub(super) fn committing(&self) -> bool {
-        !self.chain.is_empty() || self.resolving || self.pages.in_flight() > 0
+        !self.pipeline.chain.is_empty() || self.pipeline.resolving || self.pages.in_flight() > 0
     }
 
     /// How many Txns may be in flight: the configured limit, the round trip's needs, and
     /// the slow start after a break.
     pub(super) fn depth_limit(&self) -> usize {
         let cap = (self.cfg.sync.max_txns_in_flight as usize).clamp(1, MAX_DEPTH);
-        let by_rtt = self.commit_rtt.map_or(cap, |rtt| {
+        let by_rtt = self.pipeline.commit_rtt.map_or(cap, |rtt| {
             let n = rtt.as_micros() / TARGET_TXN_COST.as_micros().max(1);
             usize::try_from(n).unwrap_or(MAX_DEPTH).saturating_add(2)
         });
-        cap.min(by_rtt).min(self.depth.max(1))
+        cap.min(by_rtt).min(self.pipeline.depth.max(1))
     }
 
     /// Whether `work` may join the Txns in flight (only scan and tail writes are chained;
     /// writes that change what the fence means wait for an empty chain).
     pub(super) fn may_chain(&self, work: &Work) -> bool {
-        self.chain.is_empty() || (self.chainable(work) && self.chain_has_room())
+        self.pipeline.chain.is_empty() || (self.chainable(work) && self.chain_has_room())
     }
 
     /// Scan pages, and tail batches once genesis is done. A genesis's replay writes stay
@@ -90,32 +129,34 @@ impl Mirror {
 
     /// Whether one more scan or tail Txn may join the chain now.
     pub(super) fn chain_has_room(&self) -> bool {
-        let wire: usize = self.chain.iter().map(|l| l.wire).sum();
+        let wire: usize = self.pipeline.chain.iter().map(|l| l.wire).sum();
         let budget = self
             .cfg
             .sync
             .txn_flush_bytes
             .saturating_mul(READ_AHEAD_PAGES);
-        self.broken.is_none()
-            && !self.resolving
-            && self.chain.iter().all(|l| l.chained)
-            && self.chain.len() < self.depth_limit()
+        self.pipeline.broken.is_none()
+            && !self.pipeline.resolving
+            && self.pipeline.chain.iter().all(|l| l.chained)
+            && self.pipeline.chain.len() < self.depth_limit()
             && (wire as u64) < budget
     }
 
     /// The record the next Txn builds on: the newest in flight, or the durable one.
     pub(super) fn tip(&self) -> Option<&Checkpoint> {
-        self.chain_tip
+        self.pipeline
+            .chain_tip
             .as_ref()
             .map(|(r, _)| r)
-            .or(self.record.as_ref())
+            .or(self.fence.record.as_ref())
     }
 
     /// The bytes the next Txn compares the fence with.
     pub(super) fn tip_bytes(&self) -> &[u8] {
-        self.chain_tip
+        self.pipeline
+            .chain_tip
             .as_ref()
-            .map_or(self.fence_bytes.as_slice(), |(_, b)| b.as_slice())
+            .map_or(self.pipeline.fence_bytes.as_slice(), |(_, b)| b.as_slice())
     }
 
     /// A Txn's reply came: buffer it, then act on the chain's head while its reply is in.
@@ -129,12 +170,15 @@ impl Mirror {
             return;
         }
         let seq = c.record.seq;
-        if !self.chain.iter().any(|l| l.seq == seq) {
+        if !self.pipeline.chain.iter().any(|l| l.seq == seq) {
             // A Txn of a chain given up (a takeover, a park): its outcome is the fence's.
             return;
         }
         if let Ok(t) = &reply {
-            if self.broken.is_none() && c.resends < MAX_RESENDS && self.arrived_early(&c, t) {
+            if self.pipeline.broken.is_none()
+                && c.resends < MAX_RESENDS
+                && self.arrived_early(&c, t)
+            {
                 // etcd ran it before its predecessor (concurrent requests are not ordered):
                 // it did not apply, and it is sent again as it was, so the Txns after it,
                 // built on its record, stay valid.
@@ -146,38 +190,45 @@ impl Mirror {
                 return;
             }
         }
-        let Some(link) = self.chain.iter_mut().find(|l| l.seq == seq) else {
+        let Some(link) = self.pipeline.chain.iter_mut().find(|l| l.seq == seq) else {
             return;
         };
         if reply.is_ok() {
             let rtt = now.saturating_duration_since(c.sent);
-            self.commit_rtt = Some(match self.commit_rtt {
+            self.pipeline.commit_rtt = Some(match self.pipeline.commit_rtt {
                 None => rtt,
                 Some(old) => (old * 7 + rtt) / 8,
             });
         }
         link.reply = Some((c, reply));
-        while self.chain.front().is_some_and(|l| l.reply.is_some()) {
+        while self
+            .pipeline
+            .chain
+            .front()
+            .is_some_and(|l| l.reply.is_some())
+        {
             let Some(Link {
                 reply: Some((c, reply)),
                 ..
-            }) = self.chain.pop_front()
+            }) = self.pipeline.chain.pop_front()
             else {
                 break;
             };
             // A later Txn applied, so this one did: it was the only way to its record.
             let later_applied = self
+                .pipeline
                 .chain
                 .iter()
                 .any(|l| matches!(&l.reply, Some((_, Ok(t))) if t.succeeded));
-            if self.chain.is_empty() {
-                self.chain_tip = None;
+            if self.pipeline.chain.is_empty() {
+                self.pipeline.chain_tip = None;
             }
             match reply {
                 Ok(t) if t.succeeded => {
                     // Everything before it applied too, including Txns whose failure
                     // (an unknown outcome) already broke the chain.
                     let before = self
+                        .pipeline
                         .broken
                         .as_mut()
                         .map(|b| std::mem::take(&mut b.redo))
@@ -185,15 +236,15 @@ impl Mirror {
                     for earlier in before {
                         self.commit_applied(now, earlier, 0);
                     }
-                    if self.broken.is_none() {
-                        self.depth = (self.depth + 1).min(MAX_DEPTH);
+                    if self.pipeline.broken.is_none() {
+                        self.pipeline.depth = (self.pipeline.depth + 1).min(MAX_DEPTH);
                     }
                     self.commit_applied(now, c, t.header_revision);
                 }
                 _ if later_applied => self.commit_applied(now, c, 0),
-                reply if self.broken.is_some() => {
+                reply if self.pipeline.broken.is_some() => {
                     // Dead (its predecessor never applied) or unknown: sent again later.
-                    if let Some(b) = self.broken.as_mut() {
+                    if let Some(b) = self.pipeline.broken.as_mut() {
                         match reply {
                             Err(f) => b.unknown |= unknown_outcome(&f),
                             Ok(t) => {
@@ -205,7 +256,7 @@ impl Mirror {
                         b.redo.push(c);
                     }
                 }
-                reply if self.chain.is_empty() && !self.overtook(&c, &reply) => {
+                reply if self.pipeline.chain.is_empty() && !self.overtook(&c, &reply) => {
                     // Alone in flight: the one-Txn handling applies as it is.
                     match reply {
                         Ok(t) => self.on_commit(now, c, t),
@@ -215,7 +266,7 @@ impl Mirror {
                 Ok(t) => {
                     let current = t.reads.into_iter().next().flatten();
                     let ours = current.as_ref().is_some_and(|kv| {
-                        kv.value == self.fence_bytes
+                        kv.value == self.pipeline.fence_bytes
                             || Checkpoint::decode(&kv.value)
                                 .is_ok_and(|r| r.holder == self.holder && r.epoch == c.record.epoch)
                     });
@@ -226,7 +277,7 @@ impl Mirror {
                     }
                     // Arrived before its predecessor (or after a lost one).
                     self.status.chain_breaks += 1;
-                    self.broken = Some(Break {
+                    self.pipeline.broken = Some(Break {
                         unknown: false,
                         cause: None,
                         redo: vec![c],
@@ -244,7 +295,7 @@ impl Mirror {
                         return self.fail(now, fk, message);
                     }
                     self.status.chain_breaks += 1;
-                    self.broken = Some(Break {
+                    self.pipeline.broken = Some(Break {
                         unknown: unknown_outcome(&f),
                         cause: Some(f),
                         redo: vec![c],
@@ -253,8 +304,8 @@ impl Mirror {
                 }
             }
         }
-        if self.chain.is_empty() {
-            if let Some(b) = self.broken.take() {
+        if self.pipeline.chain.is_empty() {
+            if let Some(b) = self.pipeline.broken.take() {
                 self.after_break(now, b);
             }
         }
@@ -263,27 +314,27 @@ impl Mirror {
     /// Forgets every Txn in flight: their replies are ignored from now on.
     pub(super) fn abandon_chain(&mut self) {
         self.pages.clear();
-        self.chain.clear();
-        self.chain_tip = None;
-        self.depth = 1;
+        self.pipeline.chain.clear();
+        self.pipeline.chain_tip = None;
+        self.pipeline.depth = 1;
     }
 
     /// Every Txn of a broken chain has resolved: find how far it got, then go on.
     fn after_break(&mut self, now: Instant, b: Break) {
         // A failure starts the depth over; a chain that only broke on order keeps half.
-        self.depth = if b.cause.is_none() {
-            (self.depth / 2).max(1)
+        self.pipeline.depth = if b.cause.is_none() {
+            (self.pipeline.depth / 2).max(1)
         } else {
             1
         };
         if b.unknown {
-            self.resolving = true;
+            self.pipeline.resolving = true;
             let cmd = self.fence_read_cmd();
             self.issue(Job::ResolveChain(Box::new(b)), cmd);
             return;
         }
         match b.seen.clone() {
-            Some(kv) if kv.value != self.fence_bytes && !self.older_own(&kv.value) => {
+            Some(kv) if kv.value != self.pipeline.fence_bytes && !self.older_own(&kv.value) => {
                 self.settle_break(now, b, Some(kv))
             }
             _ => self.redo_after_break(now, b),
@@ -324,7 +375,9 @@ impl Mirror {
     /// A record of ours, this epoch, no newer than the durable one: what a Txn that
     /// overtook its predecessor saw.
     fn older_own(&self, bytes: &[u8]) -> bool {
-        let Some(r) = &self.record else { return false };
+        let Some(r) = &self.fence.record else {
+            return false;
+        };
         Checkpoint::decode(bytes)
             .is_ok_and(|o| o.holder == r.holder && o.epoch == r.epoch && o.seq <= r.seq)
     }
@@ -337,7 +390,7 @@ impl Mirror {
 
     /// The fence read after a break with unknown outcomes.
     pub(super) fn on_resolve_chain(&mut self, now: Instant, b: Break, r: RangeReply) {
-        self.resolving = false;
+        self.pipeline.resolving = false;
         let current = r.kvs.into_iter().next();
         self.settle_break(now, b, current);
     }
@@ -346,7 +399,7 @@ impl Mirror {
     /// (in order, each on its predecessor); the rest did not and are sent again.
     fn settle_break(&mut self, now: Instant, mut b: Break, current: Option<KeyValue>) {
         if let Some(kv) = &current {
-            if kv.value == self.fence_bytes {
+            if kv.value == self.pipeline.fence_bytes {
                 return self.redo_after_break(now, b);
             }
             if let Some(i) = b.redo.iter().position(|c| c.bytes == kv.value) {
@@ -363,19 +416,19 @@ impl Mirror {
                 return self.redo_after_break(now, b);
             }
             if let Ok(rec) = Checkpoint::decode(&kv.value) {
-                let mine = self.record.as_ref().is_some_and(|r| {
+                let mine = self.fence.record.as_ref().is_some_and(|r| {
                     r.holder == rec.holder && r.epoch == rec.epoch && rec.seq > r.seq
                 });
                 if mine {
                     // A Txn of an earlier chain, given up on, applied after all: its record
                     // is where we are, and it is resumed from like a restart.
-                    self.fence_bytes = kv.value.clone();
-                    self.fence_rev = kv.mod_revision;
-                    self.fence_rev_exact = true;
+                    self.pipeline.fence_bytes = kv.value.clone();
+                    self.fence.rev = kv.mod_revision;
+                    self.fence.rev_exact = true;
                     self.status.own_late_writes_adopted += 1;
                     self.status.last_applied_revision =
                         self.status.last_applied_revision.max(rec.watermark);
-                    self.record = Some(rec);
+                    self.fence.record = Some(rec);
                     self.stage = Stage::Fencing;
                     return self.resume_from_record(now);
                 }
@@ -408,9 +461,11 @@ impl Mirror {
         match b.cause {
             Some(Failure::Throttled { message }) => {
                 self.note_throttled(now, message);
-                self.hold_until = Some(now + self.throttle.next_delay(&mut self.rng));
+                self.pacing.hold_until = Some(now + self.pacing.throttle.next_delay(&mut self.rng));
             }
-            Some(_) => self.hold_until = Some(now + self.backoff.next_delay(&mut self.rng)),
+            Some(_) => {
+                self.pacing.hold_until = Some(now + self.pacing.backoff.next_delay(&mut self.rng))
+            }
             None => {}
         }
         self.pump(now);

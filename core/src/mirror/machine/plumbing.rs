@@ -2,58 +2,93 @@
 
 use super::*;
 
+/// The commands issued and not yet answered, and the outputs not yet polled.
+#[derive(Debug, Clone)]
+pub(super) struct Commands {
+    pub(super) next_id: CommandId,
+    pub(super) out: VecDeque<Output>,
+    pub(super) inflight: BTreeMap<CommandId, Job>,
+    /// Reads (and watch reopens) waiting out a backoff, in the order they failed.
+    pub(super) retry: Vec<Retry>,
+}
+
+impl Commands {
+    /// Nothing issued yet; the first command gets id 1.
+    pub(super) fn new() -> Commands {
+        Commands {
+            next_id: 1,
+            out: VecDeque::new(),
+            inflight: BTreeMap::new(),
+            retry: Vec::new(),
+        }
+    }
+}
+
+/// How fast the machine may act again after failures, throttles and full targets.
+#[derive(Debug, Clone)]
+pub(super) struct Pacing {
+    pub(super) backoff: Backoff,
+    pub(super) throttle: Backoff,
+    pub(super) pacer: Pacer,
+    pub(super) failures_in_row: u32,
+    /// Target work waits until this time (backoff after a failed write).
+    pub(super) hold_until: Option<Instant>,
+    pub(super) quota_probe_at: Option<Instant>,
+    pub(super) resume_at: Option<Instant>,
+}
+
 impl Mirror {
     pub(super) fn issue(&mut self, job: Job, cmd: Command) -> CommandId {
-        let id = self.next_id;
-        self.next_id += 1;
-        self.inflight.insert(id, job);
+        let id = self.cmds.next_id;
+        self.cmds.next_id += 1;
+        self.cmds.inflight.insert(id, job);
         self.note_issue(id, &cmd);
-        self.out.push_back(Output::Command { id, cmd });
+        self.cmds.out.push_back(Output::Command { id, cmd });
         id
     }
 
     pub(super) fn retry_later(&mut self, now: Instant, job: Job, cmd: Command, throttled: bool) {
         let delay = if throttled {
-            self.throttle.next_delay(&mut self.rng)
+            self.pacing.throttle.next_delay(&mut self.rng)
         } else {
-            self.backoff.next_delay(&mut self.rng)
+            self.pacing.backoff.next_delay(&mut self.rng)
         };
         let at = now + delay;
         self.status.backoff = Some(BackoffState {
             kind: if throttled { "throttled" } else { "transient" }.into(),
             attempt: if throttled {
-                self.throttle.attempt()
+                self.pacing.throttle.attempt()
             } else {
-                self.backoff.attempt()
+                self.pacing.backoff.attempt()
             },
             until: at,
         });
-        self.retry.push(Retry { at, cmd, job });
+        self.cmds.retry.push(Retry { at, cmd, job });
     }
 
     pub(super) fn fire_timers(&mut self, now: Instant) {
-        if self.retry.iter().any(|r| r.at <= now) {
-            let (due, later): (Vec<Retry>, Vec<Retry>) = std::mem::take(&mut self.retry)
+        if self.cmds.retry.iter().any(|r| r.at <= now) {
+            let (due, later): (Vec<Retry>, Vec<Retry>) = std::mem::take(&mut self.cmds.retry)
                 .into_iter()
                 .partition(|r| r.at <= now);
-            self.retry = later;
+            self.cmds.retry = later;
             self.status.backoff = None;
             for r in due {
                 self.issue(r.job, r.cmd);
             }
         }
-        if self.hold_until.is_some_and(|t| t <= now) {
-            self.hold_until = None;
+        if self.pacing.hold_until.is_some_and(|t| t <= now) {
+            self.pacing.hold_until = None;
             self.status.backoff = None;
         }
-        if self.resume_at.is_some_and(|t| t <= now) {
-            self.resume_at = None;
+        if self.pacing.resume_at.is_some_and(|t| t <= now) {
+            self.pacing.resume_at = None;
             self.status.backoff = None;
             self.resume_from_record(now);
         }
-        if self.quota_probe_at.is_some_and(|t| t <= now) && !self.committing() {
-            self.quota_probe_at = None;
-            if self.record.is_some() {
+        if self.pacing.quota_probe_at.is_some_and(|t| t <= now) && !self.committing() {
+            self.pacing.quota_probe_at = None;
+            if self.fence.record.is_some() {
                 self.work.push_front(Work::Fence(FenceWhy::QuotaProbe));
             } else {
                 // Parked before the claim landed: the claim itself is the probe.
@@ -62,9 +97,9 @@ impl Mirror {
                 self.resume_from_record(now);
             }
         }
-        if let (Some(t), Some(w)) = (self.next_progress_request, self.watch) {
+        if let (Some(t), Some(w)) = (self.tail.next_progress_request, self.tail.watch) {
             if t <= now {
-                self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
+                self.tail.next_progress_request = Some(now + self.cfg.sync.progress_interval);
                 self.issue(Job::Fire, Command::RequestProgress { watch_id: w });
             }
         }
@@ -81,13 +116,14 @@ impl Mirror {
 
     pub(super) fn next_deadline(&self, now: Instant) -> Option<Instant> {
         [
-            self.next_reconcile
+            self.recon
+                .next_reconcile
                 .filter(|t| *t > now && self.stage == Stage::Tail),
-            self.retry.iter().map(|r| r.at).min(),
-            self.hold_until,
-            self.resume_at,
-            self.quota_probe_at,
-            self.watch.and(self.next_progress_request),
+            self.cmds.retry.iter().map(|r| r.at).min(),
+            self.pacing.hold_until,
+            self.pacing.resume_at,
+            self.pacing.quota_probe_at,
+            self.tail.watch.and(self.tail.next_progress_request),
             self.gen.as_ref().and_then(|g| g.probe_at),
             self.pacer_deadline(),
             self.drain_watch_deadline(),
@@ -103,11 +139,11 @@ impl Mirror {
     }
 
     pub(super) fn pacer_deadline(&self) -> Option<Instant> {
-        if self.committing() || self.work.is_empty() || !self.pacer.enabled() {
+        if self.committing() || self.work.is_empty() || !self.pacing.pacer.enabled() {
             return None;
         }
         // ready_at ignores `now`'s relation to tat only when tat is in the future.
-        Some(self.pacer.ready_at(Instant::ZERO))
+        Some(self.pacing.pacer.ready_at(Instant::ZERO))
     }
 
     pub(super) fn stop(&mut self, now: Instant, reason: StopReason) -> Output {
@@ -137,8 +173,8 @@ impl Mirror {
                 StopReason::Drained => {}
             }
             // Commands not yet handed out are abandoned; nothing new is written.
-            self.out.clear();
-            self.retry.clear();
+            self.cmds.out.clear();
+            self.cmds.retry.clear();
             self.stopped = Some(reason.clone());
         }
         Output::Stopped(reason)

@@ -62,6 +62,23 @@ pub(super) struct Pass {
     started: Instant,
 }
 
+/// The diff-and-repair pass in progress and when the next one is due.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Reconciliation {
+    pub(super) pass: Option<Pass>,
+    pub(super) pass_seq: u64,
+    pub(super) next_reconcile: Option<Instant>,
+    pub(super) reconcile_requested: bool,
+}
+
+/// Why the merge of a pass cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum MergeError {
+    /// A fence of another link inside the target range (`at` is the redacted key).
+    #[error("the target range holds the fence of another link ({link:?}) at {at}; two links write one range. Reconciliation aborted, nothing repaired")]
+    ForeignFence { link: String, at: String },
+}
+
 /// How much queued repair pacing makes the pass stop reading the source watch.
 const PACING_WATCH_CANCEL: Duration = Duration::from_secs(3);
 
@@ -70,24 +87,28 @@ impl Mirror {
     pub(super) fn quiescent(&self) -> bool {
         self.stage == Stage::Tail
             && self.gen.is_none()
-            && self.pass.is_none()
+            && self.recon.pass.is_none()
             && self.work.is_empty()
             && !self.committing()
             && !self.paused
-            && self.hold_until.is_none()
-            && self.resume_at.is_none()
-            && self.record.as_ref().is_some_and(|r| r.split.is_none())
+            && self.pacing.hold_until.is_none()
+            && self.pacing.resume_at.is_none()
+            && self
+                .fence
+                .record
+                .as_ref()
+                .is_some_and(|r| r.split.is_none())
     }
 
     /// Starts a pass pinned at the current watermark (or at the drain snapshot it names).
     pub(super) fn start_pass(&mut self, now: Instant, purpose: PassPurpose) {
         let at = match purpose {
             PassPurpose::DrainSnapshot(at) => at,
-            _ => self.record.as_ref().map_or(0, |r| r.watermark),
+            _ => self.fence.record.as_ref().map_or(0, |r| r.watermark),
         };
-        self.pass_seq += 1;
-        self.pass = Some(Pass {
-            seq: self.pass_seq,
+        self.recon.pass_seq += 1;
+        self.recon.pass = Some(Pass {
+            seq: self.recon.pass_seq,
             purpose,
             at,
             pinned: at > 0,
@@ -106,7 +127,7 @@ impl Mirror {
     }
 
     fn pass_read(&self, source: bool) -> Option<Command> {
-        let p = self.pass.as_ref()?;
+        let p = self.recon.pass.as_ref()?;
         let windows = if source {
             self.keys.source_windows()
         } else {
@@ -144,7 +165,7 @@ impl Mirror {
         if source {
             self.observe_source_rev(now, r.header_revision);
         }
-        let window = self.pass.as_ref().and_then(|p| {
+        let window = self.recon.pass.as_ref().and_then(|p| {
             let windows = if source {
                 self.keys.source_windows()
             } else {
@@ -158,7 +179,9 @@ impl Mirror {
             self.status.source_keys_returned += r.kvs.len() as u64;
         }
         let limit = self.cfg.sync.page_key_limit;
-        let Some(p) = &mut self.pass else { return };
+        let Some(p) = &mut self.recon.pass else {
+            return;
+        };
         let Some(w) = window else { return };
         let side = if source { &mut p.src } else { &mut p.tgt };
         side.reading = false;
@@ -173,7 +196,9 @@ impl Mirror {
 
     /// The pinned revision was compacted: fall back to unpinned reads for the rest.
     pub(super) fn on_pass_compacted(&mut self, now: Instant) {
-        let Some(p) = &mut self.pass else { return };
+        let Some(p) = &mut self.recon.pass else {
+            return;
+        };
         p.pinned = false;
         p.src.reading = false;
         self.status.last_error = Some(format!(
@@ -186,7 +211,9 @@ impl Mirror {
     /// Merges what both sides have buffered; asks for more when a side runs dry.
     fn pass_step(&mut self, now: Instant) {
         loop {
-            let Some(p) = &mut self.pass else { return };
+            let Some(p) = &mut self.recon.pass else {
+                return;
+            };
             if p.merged {
                 return;
             }
@@ -205,7 +232,9 @@ impl Mirror {
                         self.issue(Job::PassTarget(seq), cmd);
                     }
                 }
-                let Some(p) = &mut self.pass else { return };
+                let Some(p) = &mut self.recon.pass else {
+                    return;
+                };
                 p.src.reading |= need_src;
                 p.tgt.reading |= need_tgt;
                 return;
@@ -222,18 +251,18 @@ impl Mirror {
                 }
                 continue;
             }
-            if let Err(msg) = self.merge_one() {
-                return self.fail(now, FailKind::PrefixConflict, msg);
+            if let Err(e) = self.merge_one() {
+                return self.fail(now, FailKind::PrefixConflict, e.to_string());
             }
             self.flush_repairs_if_full(now);
         }
     }
 
     /// Consumes the smallest key from the fronts of both sides.
-    fn merge_one(&mut self) -> Result<(), String> {
+    fn merge_one(&mut self) -> Result<(), MergeError> {
         let keys = &self.keys;
         let link = &self.link;
-        let Some(p) = &mut self.pass else {
+        let Some(p) = &mut self.recon.pass else {
             return Ok(());
         };
         let s_key = p.src.buf.front().and_then(|kv| keys.rewrite(&kv.key));
@@ -252,11 +281,10 @@ impl Mirror {
                 if let Some(kv) = p.tgt.buf.front() {
                     if let Ok(c) = Checkpoint::decode(&kv.value) {
                         if &c.link != link {
-                            return Err(format!(
-                                "the target range holds the fence of another link ({:?}) at {}; two links write one range. Reconciliation aborted, nothing repaired",
-                                c.link,
-                                crate::mirror::keys::redact(keys.target_base(), t)
-                            ));
+                            return Err(MergeError::ForeignFence {
+                                link: c.link,
+                                at: crate::mirror::keys::redact(keys.target_base(), t),
+                            });
                         }
                     }
                 }
@@ -323,6 +351,7 @@ impl Mirror {
 
     fn flush_repairs_if_full(&mut self, now: Instant) {
         let full = self
+            .recon
             .pass
             .as_ref()
             .is_some_and(|p| p.repairs.len() >= self.limits.max_ops);
@@ -331,16 +360,19 @@ impl Mirror {
         }
         // A long paced repair must not let the source watch buffer grow without bound.
         let queued: u64 = self.work.iter().map(|w| w.ops().len() as u64).sum();
-        let pacing = self.pacer.queued(now) + self.pacer.cost(queued);
-        if self.pacer.enabled() && pacing > PACING_WATCH_CANCEL && self.watch.is_some() {
+        let pacing = self.pacing.pacer.queued(now) + self.pacing.pacer.cost(queued);
+        if self.pacing.pacer.enabled() && pacing > PACING_WATCH_CANCEL && self.tail.watch.is_some()
+        {
             self.cancel_watch();
-            self.watch_paused = true;
+            self.tail.watch_paused = true;
             self.status.watch_cancels_for_pacing += 1;
         }
     }
 
     fn flush_repairs(&mut self) {
-        let Some(p) = &mut self.pass else { return };
+        let Some(p) = &mut self.recon.pass else {
+            return;
+        };
         let ops = std::mem::take(&mut p.repairs);
         for chunk in batcher::chunk_ops(ops, self.limits) {
             self.work.push_back(Work::Repair { ops: chunk });
@@ -352,11 +384,11 @@ impl Mirror {
         if self.committing() || !self.work.is_empty() {
             return;
         }
-        let Some(p) = &self.pass else { return };
+        let Some(p) = &self.recon.pass else { return };
         if !p.merged {
             return;
         }
-        let p = self.pass.take().expect("checked Some just above");
+        let p = self.recon.pass.take().expect("checked Some just above");
         let mut counts = p.counts;
         let drift = counts.missing + counts.divergent + counts.orphan;
         counts.repaired = if p.purpose.repairs() {
@@ -416,7 +448,7 @@ impl Mirror {
 
     /// Every counts-producing pass pushes the next periodic pass a full interval out.
     pub(super) fn arm_reconcile(&mut self, now: Instant) {
-        self.next_reconcile = self
+        self.recon.next_reconcile = self
             .cfg
             .reconciliation
             .enabled

@@ -12,23 +12,25 @@ impl Mirror {
 
     pub(super) fn refresh_status(&mut self, now: Instant) {
         let w = self
+            .fence
             .record
             .as_ref()
             .map_or(self.status.last_applied_revision, |r| r.watermark);
         self.status.last_applied_revision = w;
-        self.status.txns_in_flight = (self.chain.len() + self.pages.in_flight()) as u64;
-        self.status.commit_rtt_seconds = self.commit_rtt.map_or(0.0, |d| d.as_secs_f64());
+        self.status.txns_in_flight = (self.pipeline.chain.len() + self.pages.in_flight()) as u64;
+        self.status.commit_rtt_seconds = self.pipeline.commit_rtt.map_or(0.0, |d| d.as_secs_f64());
         let lag = (self.status.source_revision - w).max(0);
         // Lag in revisions counts every revision of the source cluster, including other
         // prefixes; lag in time starts when the watch delivered something not yet applied.
         self.status.lag_revisions = lag;
-        let behind = self.delivered > w || !self.batcher.is_empty() || !self.work.is_empty();
-        match (behind, self.lag_since) {
-            (true, None) => self.lag_since = Some(now),
-            (false, Some(_)) => self.lag_since = None,
+        let behind = self.tail.delivered > w || !self.batcher.is_empty() || !self.work.is_empty();
+        match (behind, self.tail.lag_since) {
+            (true, None) => self.tail.lag_since = Some(now),
+            (false, Some(_)) => self.tail.lag_since = None,
             _ => {}
         }
         self.status.lag_seconds = self
+            .tail
             .lag_since
             .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
         if self.stage != Stage::Stopped {
@@ -47,7 +49,7 @@ impl Mirror {
             if self.stage == Stage::Tail && !self.paused {
                 self.status.phase = if self.status.backoff.is_some() {
                     Phase::Degraded
-                } else if self.drain.is_some() || self.drain_requested {
+                } else if self.drain.state.is_some() || self.drain.requested {
                     Phase::Draining
                 } else {
                     Phase::Syncing

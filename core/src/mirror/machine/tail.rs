@@ -2,9 +2,44 @@
 
 use super::*;
 
+/// The source watch and what it has delivered, kept apart from the writes it feeds.
+#[derive(Debug, Clone)]
+pub(super) struct TailState {
+    pub(super) watch: Option<u64>,
+    pub(super) next_watch_id: u64,
+    /// Every event up to this revision has been delivered on the current watch line.
+    pub(super) delivered: i64,
+    /// The watch was cancelled for backpressure and must reopen once the queue drains.
+    pub(super) watch_paused: bool,
+    /// A watch on an etcd #18089 server whose start is not yet re-verified (id, from,
+    /// recheck sent); target writes of its events wait for the recheck.
+    pub(super) watch_unverified: Option<(u64, i64, bool)>,
+    pub(super) next_progress_request: Option<Instant>,
+    pub(super) last_idle_advance: Option<Instant>,
+    pub(super) lag_since: Option<Instant>,
+    pub(super) consecutive_resyncs: u32,
+}
+
+impl TailState {
+    /// No watch open yet; the first one gets id 1.
+    pub(super) fn new() -> TailState {
+        TailState {
+            watch: None,
+            next_watch_id: 1,
+            delivered: 0,
+            watch_paused: false,
+            watch_unverified: None,
+            next_progress_request: None,
+            last_idle_advance: None,
+            lag_since: None,
+            consecutive_resyncs: 0,
+        }
+    }
+}
+
 impl Mirror {
     pub(super) fn start_tail(&mut self, now: Instant) {
-        if self.next_reconcile.is_none() {
+        if self.recon.next_reconcile.is_none() {
             // A resumed agent schedules its first pass too, not only one that just synced.
             self.arm_reconcile(now);
         }
@@ -12,22 +47,22 @@ impl Mirror {
         self.status.phase = Phase::Syncing;
         self.status
             .set_condition(now, C::InitialSyncComplete, true, "Synced", "");
-        let w = self.record.as_ref().map_or(0, |r| r.watermark);
+        let w = self.fence.record.as_ref().map_or(0, |r| r.watermark);
         // A split revision in progress is re-delivered from its start; `feed_events`
         // skips the ops already applied.
-        self.delivered = w;
+        self.tail.delivered = w;
         self.open_watch(now, w + 1);
     }
 
     pub(super) fn open_watch(&mut self, now: Instant, from: i64) {
         self.cancel_watch();
-        let id = self.next_watch_id;
-        self.next_watch_id += 1;
-        self.watch = Some(id);
+        let id = self.tail.next_watch_id;
+        self.tail.next_watch_id += 1;
+        self.tail.watch = Some(id);
         let from = self.watch_start(id, from - 1);
         let (job, cmd) = self.watch_open_step(id, from);
         self.issue(job, cmd);
-        self.next_progress_request = Some(now + self.cfg.sync.progress_interval);
+        self.tail.next_progress_request = Some(now + self.cfg.sync.progress_interval);
     }
 
     /// The first step of opening watch `id` at `from`: a guard read pinned at `from - 1`.
@@ -68,28 +103,28 @@ impl Mirror {
 
     /// The guard read answered.
     pub(super) fn on_watch_guard(&mut self, now: Instant, id: u64, from: i64, ok: bool) {
-        if self.watch != Some(id) {
+        if self.tail.watch != Some(id) {
             return;
         }
         if ok {
             let cmd = self.watch_cmd(id, from);
             self.issue(Job::WatchOpen(id), cmd);
-            if self.drops_compact_tombstone {
-                self.watch_unverified = Some((id, from, false));
+            if self.peers.drops_compact_tombstone {
+                self.tail.watch_unverified = Some((id, from, false));
             }
         } else {
             self.status.watch_guard_compactions += 1;
-            self.watch = None;
+            self.tail.watch = None;
             self.on_compacted(now, from);
         }
     }
 
     /// The recheck answered: release the held writes, or treat the start as compacted.
     pub(super) fn on_watch_recheck(&mut self, now: Instant, id: u64, from: i64, ok: bool) {
-        if self.watch != Some(id) {
+        if self.tail.watch != Some(id) {
             return;
         }
-        self.watch_unverified = None;
+        self.tail.watch_unverified = None;
         if !ok {
             self.status.watch_guard_compactions += 1;
             self.cancel_watch();
@@ -100,7 +135,7 @@ impl Mirror {
     }
 
     pub(super) fn cancel_watch(&mut self) {
-        if let Some(id) = self.watch.take() {
+        if let Some(id) = self.tail.watch.take() {
             self.issue(Job::Fire, Command::CancelWatch { watch_id: id });
         }
     }
@@ -108,9 +143,9 @@ impl Mirror {
     pub(super) fn on_watch(&mut self, now: Instant, ev: WatchEvent) {
         // Once the watch has read past its start, repeat the guard read: if the start is
         // the compact revision now, the compaction may have raced the catch-up read.
-        if let (Some((id, from, false)), Some(w)) = (self.watch_unverified, self.watch) {
+        if let (Some((id, from, false)), Some(w)) = (self.tail.watch_unverified, self.tail.watch) {
             if id == w && matches!(ev, WatchEvent::Events { .. } | WatchEvent::Progress { .. }) {
-                self.watch_unverified = Some((id, from, true));
+                self.tail.watch_unverified = Some((id, from, true));
                 let (_, cmd) = self.watch_open_step(id, from);
                 self.issue(Job::WatchRecheck { watch_id: id, from }, cmd);
             }
@@ -135,7 +170,7 @@ impl Mirror {
                     .all(|p| p[0].kv.mod_revision <= p[1].kv.mod_revision)
                     && events.iter().all(|e| e.kv.mod_revision > 0);
                 if !ordered {
-                    self.watch = None;
+                    self.tail.watch = None;
                     return self.watch_failed(
                         now,
                         "the source sent watch events out of revision order".into(),
@@ -150,17 +185,17 @@ impl Mirror {
                 // applying it could record a split behind the watermark.
                 if let Some(first) = events
                     .first()
-                    .filter(|e| e.kv.mod_revision <= self.delivered)
+                    .filter(|e| e.kv.mod_revision <= self.tail.delivered)
                 {
                     let why = format!(
                         "the source sent a watch event at revision {} after reporting everything up to {} delivered",
-                        first.kv.mod_revision, self.delivered
+                        first.kv.mod_revision, self.tail.delivered
                     );
-                    self.watch = None;
+                    self.tail.watch = None;
                     return self.watch_failed(now, why);
                 }
                 if let Some(last) = events.last() {
-                    self.delivered = self.delivered.max(last.kv.mod_revision);
+                    self.tail.delivered = self.tail.delivered.max(last.kv.mod_revision);
                 }
                 if self.stage == Stage::Genesis {
                     let seen: Vec<(EventKind, &KeyValue)> = events
@@ -211,34 +246,39 @@ impl Mirror {
                 {
                     // Backpressure: stop reading until the target catches up.
                     self.cancel_watch();
-                    self.watch_paused = true;
+                    self.tail.watch_paused = true;
                 }
             }
             WatchEvent::Progress { revision } => {
                 self.observe_source_rev(now, revision);
                 self.watch_revision(revision, false);
-                if !self.progress_trusted {
+                if !self.peers.progress_trusted {
                     return;
                 }
                 self.window_progress(now, revision);
                 if self.stage == Stage::Stopped {
                     return;
                 }
-                self.delivered = self.delivered.max(revision);
+                self.tail.delivered = self.tail.delivered.max(revision);
                 let idle = self.stage == Stage::Tail
-                    && self.pass.is_none()
+                    && self.recon.pass.is_none()
                     && self.work.is_empty()
                     && !self.committing()
                     && self.batcher.is_empty();
-                let w = self.record.as_ref().map_or(0, |r| r.watermark);
-                let split = self.record.as_ref().is_some_and(|r| r.split.is_some());
+                let w = self.fence.record.as_ref().map_or(0, |r| r.watermark);
+                let split = self
+                    .fence
+                    .record
+                    .as_ref()
+                    .is_some_and(|r| r.split.is_some());
                 // A drain waits on this advance, so it is not rate-limited then.
-                let due = self.drain.is_some()
+                let due = self.drain.state.is_some()
                     || self
+                        .tail
                         .last_idle_advance
                         .is_none_or(|t| now >= t + IDLE_ADVANCE_EVERY);
                 if idle && !split && revision > w && due && !self.paused {
-                    self.last_idle_advance = Some(now);
+                    self.tail.last_idle_advance = Some(now);
                     self.work
                         .push_back(Work::Fence(FenceWhy::IdleAdvance { rev: revision }));
                 }
@@ -247,7 +287,7 @@ impl Mirror {
                 compact_revision,
                 reason,
             } => {
-                self.watch = None;
+                self.tail.watch = None;
                 if compact_revision > 0 {
                     self.on_compacted(now, compact_revision);
                     return;
@@ -271,7 +311,7 @@ impl Mirror {
                 }
             }
             WatchEvent::Failed { failure } => {
-                self.watch = None;
+                self.tail.watch = None;
                 match failure {
                     Failure::Compacted { rev } => self.on_compacted(now, rev),
                     Failure::Permanent { kind, message } => {
@@ -302,25 +342,26 @@ impl Mirror {
         self.status.last_error = Some(why);
         // A broken stream may come back on another server: prove the history again.
         self.history.unverify();
-        self.reopen_watch_later(now, self.delivered);
+        self.reopen_watch_later(now, self.tail.delivered);
     }
 
     /// Opens a new watch after a backoff, past `upto` (or replaying the window before it).
     pub(super) fn reopen_watch_later(&mut self, now: Instant, upto: i64) {
-        let at = now + self.backoff.next_delay(&mut self.rng);
-        let id = self.next_watch_id;
-        self.next_watch_id += 1;
-        self.watch = Some(id);
+        let at = now + self.pacing.backoff.next_delay(&mut self.rng);
+        let id = self.tail.next_watch_id;
+        self.tail.next_watch_id += 1;
+        self.tail.watch = Some(id);
         let from = self.watch_start(id, upto);
         self.status.backoff = Some(BackoffState {
             kind: "transient".into(),
-            attempt: self.backoff.attempt(),
+            attempt: self.pacing.backoff.attempt(),
             until: at,
         });
-        self.retry
+        self.cmds
+            .retry
             .retain(|r| !matches!(r.job, Job::WatchOpen(_) | Job::WatchGuard { .. }));
         let (job, cmd) = self.watch_open_step(id, from);
-        self.retry.push(Retry { at, cmd, job });
+        self.cmds.retry.push(Retry { at, cmd, job });
     }
 
     pub(super) fn on_compacted(&mut self, now: Instant, compact_revision: i64) {
@@ -331,7 +372,7 @@ impl Mirror {
             }
             return;
         }
-        self.pass = None;
+        self.recon.pass = None;
         self.status.set_condition(
             now,
             C::Compacted,
@@ -344,14 +385,14 @@ impl Mirror {
             return;
         }
         self.status.forced_resync_count += 1;
-        self.consecutive_resyncs += 1;
-        if self.consecutive_resyncs >= self.cfg.sync.resync_loop_threshold {
+        self.tail.consecutive_resyncs += 1;
+        if self.tail.consecutive_resyncs >= self.cfg.sync.resync_loop_threshold {
             self.status.set_condition(
                 now,
                 C::ResyncLoopDetected,
                 true,
                 "ResyncLoop",
-                format!("{} forced resyncs in a row without live progress; the source compacts faster than the mirror copies — raise the source's compaction retention", self.consecutive_resyncs),
+                format!("{} forced resyncs in a row without live progress; the source compacts faster than the mirror copies — raise the source's compaction retention", self.tail.consecutive_resyncs),
             );
         }
         self.cancel_watch();
@@ -377,11 +418,12 @@ impl Mirror {
     /// Groups a watch response by revision and feeds the batcher, dropping what the
     /// watermark already covers (etcd #20221) and ops a split already applied.
     pub(super) fn feed_events(&mut self, now: Instant, events: Vec<Event>) {
-        let (w, split) = match &self.record {
+        let (w, split) = match &self.fence.record {
             Some(r) => (r.watermark, r.split),
             None => (0, None),
         };
         let floor = self
+            .fence
             .record
             .as_ref()
             .and_then(|r| r.scan.as_ref())
