@@ -387,7 +387,10 @@ async fn the_operator_runs_one_agent_per_etcdmirror() {
     assert!(
         still.is_empty(),
         "b's agent objects still there after 60s: {still:?}\noperator logs:\n{}",
-        ops.iter().map(|o| o.log()).collect::<Vec<_>>().join("\n---\n")
+        ops.iter()
+            .map(|o| o.log())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
     );
     let exit = agent_b.exit_within(30 * SEC).await;
     assert!(exit.success(), "agent b: {exit}\n{}", agent_b.log());
