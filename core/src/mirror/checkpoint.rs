@@ -69,12 +69,18 @@ fn is_zero_u64(n: &u64) -> bool {
 impl Anchor {
     /// The anchor for a key-value as the source reported it.
     pub fn of(kv: &KeyValue) -> Anchor {
+        Anchor::with_digest(kv, value_digest(&kv.value))
+    }
+
+    /// [`Anchor::of`] with the value's digest ([`value_digest`]) already computed: a caller
+    /// that chains the same put as well hashes its value once.
+    pub fn with_digest(kv: &KeyValue, sha: String) -> Anchor {
         Anchor {
             key: kv.key.clone(),
             rev: kv.mod_revision,
             create: kv.create_revision,
             ver: kv.version,
-            sha: value_digest(&kv.value),
+            sha,
             gone: false,
             after: 0,
             after_sha: String::new(),
@@ -108,13 +114,26 @@ impl Anchor {
         key: &[u8],
         value: &[u8],
     ) -> String {
+        let value_sha = (kind == EventKind::Put).then(|| value_digest(value));
+        Anchor::chain_digested(digest, rev, kind, key, value_sha.as_deref())
+    }
+
+    /// [`Anchor::chain_value`] given the put's value digest ([`value_digest`]; `None` for a
+    /// delete), so a value the caller digests for another use is hashed once.
+    pub fn chain_digested(
+        digest: &str,
+        rev: i64,
+        kind: EventKind,
+        key: &[u8],
+        value_sha: Option<&str>,
+    ) -> String {
         let d = Anchor::chain(digest, rev, kind, key);
-        if kind != EventKind::Put {
+        let Some(value_sha) = value_sha.filter(|_| kind == EventKind::Put) else {
             return d;
-        }
+        };
         let mut h = Sha256::new();
         h.update(d.as_bytes());
-        h.update(value_digest(value).as_bytes());
+        h.update(value_sha.as_bytes());
         hex::encode(&h.finalize()[..8])
     }
 
@@ -146,7 +165,7 @@ impl Anchor {
 }
 
 /// The anchor's value digest: 64 bits of SHA-256, lowercase hex.
-fn value_digest(value: &[u8]) -> String {
+pub fn value_digest(value: &[u8]) -> String {
     let d = Sha256::digest(value);
     hex::encode(&d[..8])
 }
@@ -453,6 +472,20 @@ mod tests {
                 lease: 0,
             })),
         }
+    }
+
+    #[test]
+    fn a_digest_computed_once_chains_like_the_value() {
+        let v = b"some value".to_vec();
+        for kind in [EventKind::Put, EventKind::Delete] {
+            let once = Anchor::chain_digested("ab", 7, kind, b"k", Some(&value_digest(&v)));
+            assert_eq!(once, Anchor::chain_value("ab", 7, kind, b"k", &v));
+        }
+        let other = Anchor::chain_value("ab", 7, EventKind::Put, b"k", b"other");
+        assert_ne!(
+            other,
+            Anchor::chain_value("ab", 7, EventKind::Put, b"k", &v)
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@
 mod proof;
 
 use super::*;
-use crate::mirror::checkpoint::Anchor;
+use crate::mirror::checkpoint::{value_digest, Anchor};
 
 /// A window `(anchor, upto]` of the source's history that a new watch replays: it must
 /// deliver exactly the in-scope events the mirror counted after the anchor (a restore from a
@@ -147,13 +147,22 @@ impl History {
         if events.is_empty() {
             return;
         }
+        // Each put's value digest, computed at most once: the chain since a break and the
+        // new anchor both need it, and values can be large.
+        let mut digests: Vec<Option<String>> = vec![None; events.len()];
+        let mut digest_of = |i: usize| -> String {
+            digests[i]
+                .get_or_insert_with(|| value_digest(&events[i].1.value))
+                .clone()
+        };
         if let (Some((n, sha, _)), Some(b)) =
             (self.since_break.as_mut(), self.before_break.as_ref())
         {
             if rev > b.rev {
-                for (kind, kv) in events {
+                for (i, (kind, kv)) in events.iter().enumerate() {
                     *n += 1;
-                    *sha = Anchor::chain_value(sha, rev, *kind, &kv.key, &kv.value);
+                    let value_sha = (*kind == EventKind::Put).then(|| digest_of(i));
+                    *sha = Anchor::chain_digested(sha, rev, *kind, &kv.key, value_sha.as_deref());
                 }
             }
         }
@@ -175,9 +184,9 @@ impl History {
                     .iter()
                     .any(|(k, key)| *k == EventKind::Delete && *key == kv.key)
             })
-            .map(|(_, (_, kv))| *kv);
+            .map(|(i, (_, kv))| (i, *kv));
         let mut next = match survivor {
-            Some(kv) => Some(Anchor::of(kv)),
+            Some((i, kv)) => Some(Anchor::with_digest(kv, digest_of(i))),
             None if self
                 .candidate
                 .as_ref()
