@@ -164,7 +164,9 @@ impl Mirror {
     /// snapshot (revision H, key count) closes both: with every key at H at or below the
     /// watermark, the source at H is the source at the watermark less the deletes in
     /// between, so equal counts prove they are the same; and a compacted watermark is
-    /// verified at H instead, by a pass that repairs nothing.
+    /// verified at H instead, by a pass that repairs nothing, unless the live key count the
+    /// watch keeps proves the source unchanged since the watermark: then H stands for the
+    /// watermark and the pass is a full verification round.
     pub(super) fn after_drain_verify(
         &mut self,
         now: Instant,
@@ -182,8 +184,13 @@ impl Mirror {
         if !pinned {
             // The watermark was compacted, so the round compared against the latest source:
             // a delete still in flight looks like an orphan and nothing is proven.
-            if let Some((at, _)) = snapshot.filter(|(at, _)| *at >= w) {
-                return self.start_pass(now, PassPurpose::DrainSnapshot(at));
+            if let Some((at, keys)) = snapshot.filter(|(at, _)| *at >= w) {
+                let purpose = if self.unchanged_since_watermark(at, keys) {
+                    PassPurpose::DrainProven(at, round)
+                } else {
+                    PassPurpose::DrainSnapshot(at)
+                };
+                return self.start_pass(now, purpose);
             }
             // Read the drain target again and verify once the watermark reaches it.
             if let Some(d) = &mut self.drain.state {
@@ -217,6 +224,24 @@ impl Mirror {
         }
         // Repairs landed; confirm with a clean round before cutting over.
         self.start_pass(now, PassPurpose::DrainVerify(round + 1));
+    }
+
+    /// Whether the source in scope at snapshot revision `at` (holding `keys` keys, none
+    /// newer than the watermark: the drain target is their newest mod revision) is the
+    /// source at the watermark. Every in-scope event delivered is applied (the batcher is
+    /// empty, nothing is being written), so the source at `delivered` is the source at the
+    /// watermark; the snapshot differs from it only by deletes, and a live count at
+    /// `delivered` equal to the snapshot's rules those out.
+    fn unchanged_since_watermark(&self, at: i64, keys: i64) -> bool {
+        let w = self.fence.record.as_ref().map_or(0, |r| r.watermark);
+        let target = self.drain.state.as_ref().and_then(|d| d.target);
+        self.tail
+            .live
+            .is_some_and(|(d, n)| d == self.tail.delivered && d >= w && d <= at && n == keys)
+            && target.is_some_and(|t| t <= w)
+            && self.batcher.is_empty()
+            && !self.committing()
+            && self.work.is_empty()
     }
 
     /// A clean verification round: flip the fence to Primary.

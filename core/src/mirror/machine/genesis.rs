@@ -185,6 +185,7 @@ impl Mirror {
             return;
         };
         self.tail.delivered = scan.base;
+        self.tail.live = None;
         self.history.genesis_seen = Some((scan.base, 0, String::new()));
         self.open_watch(now, scan.base + 1);
         let windows = self.keys.source_windows();

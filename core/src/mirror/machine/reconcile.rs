@@ -16,13 +16,17 @@ pub(super) enum PassPurpose {
     DrainVerify(u32),
     /// Drain verification on a source whose progress cannot be trusted, after the
     /// watermark was compacted: compares against the drain target's snapshot revision
-    /// instead, which is above the watermark, so it repairs nothing (see `drain.rs`).
+    /// instead, which is above the watermark, so it repairs nothing (see `drain.rs`)...
     DrainSnapshot(i64),
+    /// ...unless the source is proven unchanged between the watermark and that snapshot:
+    /// then the snapshot stands for the watermark, and the pass is verification round n.
+    DrainProven(i64, u32),
 }
 
 impl PassPurpose {
-    /// Whether the pass writes repairs: only one pinned at the watermark may, since the
-    /// target must stay "source@W plus drift" for the tail.
+    /// Whether the pass writes repairs: only one pinned at the watermark (or at a snapshot
+    /// proven equal to it) may, since the target must stay "source@W plus drift" for the
+    /// tail.
     fn repairs(self) -> bool {
         !matches!(self, PassPurpose::DrainSnapshot(_))
     }
@@ -103,7 +107,7 @@ impl Mirror {
     /// Starts a pass pinned at the current watermark (or at the drain snapshot it names).
     pub(super) fn start_pass(&mut self, now: Instant, purpose: PassPurpose) {
         let at = match purpose {
-            PassPurpose::DrainSnapshot(at) => at,
+            PassPurpose::DrainSnapshot(at) | PassPurpose::DrainProven(at, _) => at,
             _ => self.fence.record.as_ref().map_or(0, |r| r.watermark),
         };
         self.recon.pass_seq += 1;
@@ -414,6 +418,12 @@ impl Mirror {
                 counts.missing, counts.divergent, counts.orphan, p.at, p.pinned
             ),
         );
+        if p.pinned && p.at == self.tail.delivered {
+            // Every key the pass read was in scope at `delivered`: the count the watch
+            // moves on from here.
+            let keys = i64::try_from(counts.source_key_count).unwrap_or(i64::MAX);
+            self.tail.live = Some((p.at, keys));
+        }
         let held = p.pinned && counts.repaired == drift;
         self.status.set_condition(
             now,
@@ -442,7 +452,13 @@ impl Mirror {
             PassPurpose::DrainVerify(round) => {
                 self.after_drain_verify(now, round, counts, p.orphans_left, p.pinned)
             }
-            PassPurpose::DrainSnapshot(_) => self.after_drain_snapshot(now, counts, p.pinned),
+            PassPurpose::DrainProven(_, round) if p.pinned => {
+                self.after_drain_verify(now, round, counts, p.orphans_left, true)
+            }
+            // A proven snapshot compacted under the pass proves nothing either.
+            PassPurpose::DrainSnapshot(_) | PassPurpose::DrainProven(..) => {
+                self.after_drain_snapshot(now, counts, p.pinned)
+            }
         }
     }
 

@@ -18,6 +18,12 @@ pub(super) struct TailState {
     pub(super) last_idle_advance: Option<Instant>,
     pub(super) lag_since: Option<Instant>,
     pub(super) consecutive_resyncs: u32,
+    /// How many in-scope keys the source held at `delivered`, as `(delivered, count)`:
+    /// set by a pass pinned at exactly `delivered`, then moved by every event the watch
+    /// delivers (a create adds one, a delete takes one). Any other move of `delivered`
+    /// forgets it. An untrusted drain uses it to prove the source unchanged since the
+    /// watermark when the watermark itself is compacted (see `drain.rs`).
+    pub(super) live: Option<(i64, i64)>,
 }
 
 impl TailState {
@@ -33,6 +39,7 @@ impl TailState {
             last_idle_advance: None,
             lag_since: None,
             consecutive_resyncs: 0,
+            live: None,
         }
     }
 }
@@ -51,6 +58,7 @@ impl Mirror {
         // A split revision in progress is re-delivered from its start; `feed_events`
         // skips the ops already applied.
         self.tail.delivered = w;
+        self.tail.live = None;
         self.open_watch(now, w + 1);
     }
 
@@ -134,6 +142,25 @@ impl Mirror {
         }
     }
 
+    /// Moves the live key count from `delivered` to `to` across the events delivered in
+    /// between (all of them past `delivered`; none for a trusted progress notification).
+    fn count_live(&mut self, events: &[Event], to: i64) {
+        let delivered = self.tail.delivered;
+        let Some((at, n)) = self.tail.live.filter(|(at, _)| *at == delivered) else {
+            self.tail.live = None;
+            return;
+        };
+        let mut n = n;
+        for e in events.iter().filter(|e| self.keys.in_scope(&e.kv.key)) {
+            match e.kind {
+                EventKind::Put if e.kv.version == 1 => n += 1,
+                EventKind::Put => {}
+                EventKind::Delete => n -= 1,
+            }
+        }
+        self.tail.live = Some((to.max(at), n));
+    }
+
     pub(super) fn cancel_watch(&mut self) {
         if let Some(id) = self.tail.watch.take() {
             self.issue(Job::Fire, Command::CancelWatch { watch_id: id });
@@ -195,7 +222,9 @@ impl Mirror {
                     return self.watch_failed(now, why);
                 }
                 if let Some(last) = events.last() {
-                    self.tail.delivered = self.tail.delivered.max(last.kv.mod_revision);
+                    let to = self.tail.delivered.max(last.kv.mod_revision);
+                    self.count_live(&events, to);
+                    self.tail.delivered = to;
                 }
                 if self.stage == Stage::Genesis {
                     let seen: Vec<(EventKind, &KeyValue)> = events
@@ -259,7 +288,9 @@ impl Mirror {
                 if self.stage == Stage::Stopped {
                     return;
                 }
-                self.tail.delivered = self.tail.delivered.max(revision);
+                let to = self.tail.delivered.max(revision);
+                self.count_live(&[], to);
+                self.tail.delivered = to;
                 let idle = self.stage == Stage::Tail
                     && self.recon.pass.is_none()
                     && self.work.is_empty()
