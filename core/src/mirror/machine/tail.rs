@@ -270,7 +270,14 @@ impl Mirror {
                 }
                 self.feed_events(now, events);
                 self.batcher.flush();
+                // A stream waits for a proof made after it opened, and its first response
+                // (up to a thousand revisions) usually lands before that proof. Pausing it
+                // then would throw its events away (nothing unproven may be written, and a
+                // new stream must be proven again): the next stream's first response would
+                // do the same, forever, re-reading that history from the source each time.
+                // So an unproven stream is held until its one point read answers.
                 if self.stage == Stage::Tail
+                    && self.history.verified
                     && self.batcher.queued_bytes() as u64 > self.cfg.sync.watch_buffer_bytes
                 {
                     // Backpressure: stop reading until the target catches up.
