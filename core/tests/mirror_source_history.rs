@@ -372,6 +372,66 @@ fn a_restore_while_tailing_stops_before_the_new_history_is_written() {
 }
 
 #[test]
+fn a_new_watch_whose_first_response_overflows_the_buffer_is_held_until_its_proof() {
+    // Found by the simulator (seeds 740000777, 740000823): a stream's first response (up to
+    // a thousand revisions) lands before the proof made after it opened. Pausing it then for
+    // backpressure threw its events away, and the next stream did the same, forever.
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.watch_buffer_bytes = 64 * 1024;
+    let mut h = Harness::new(cfg, 35);
+    let w = cold_start(&mut h, "3.5.13");
+    h.auto_proof = false;
+    h.watch(
+        w,
+        WatchEvent::Failed {
+            failure: Failure::Transient {
+                message: "connection reset".into(),
+            },
+        },
+    );
+    let (id, r) = proof(&mut h);
+    let honest = h.proof_answer(&Command::Range(r));
+    h.done(id, Ok(honest));
+    h.advance(std::time::Duration::from_secs(60));
+    let cmds = h.drain();
+    let (wid, w2) = cmds
+        .iter()
+        .find_map(|(id, c)| match c {
+            Command::Watch(w) => Some((*id, w.watch_id)),
+            _ => None,
+        })
+        .expect("the watch reopens");
+    h.done(wid, Ok(Reply::WatchStarted));
+    let big = vec![b'v'; 200 * 1024];
+    h.watch(
+        w2,
+        WatchEvent::Events {
+            header_revision: 400,
+            events: vec![put_ev(b"/app/x", &big, 101)],
+        },
+    );
+    let cmds = h.drain();
+    assert!(
+        !cmds
+            .iter()
+            .any(|(_, c)| matches!(c, Command::CancelWatch { watch_id } if *watch_id == w2)),
+        "an unproven stream is not paused: {cmds:#?}"
+    );
+    let (id, r) = cmds
+        .into_iter()
+        .find(|(_, c)| is_history_proof(c))
+        .expect("a proof after the new watch");
+    let honest = h.proof_answer(&r);
+    h.done(id, Ok(honest));
+    let cmds = h.drain();
+    assert!(
+        cmds.iter().any(|(_, c)| matches!(c, Command::Txn(t)
+            if t.success.iter().any(|op| op.key() == b"/mirror/x"))),
+        "the held event is written once proven, not read again: {cmds:#?}"
+    );
+}
+
+#[test]
 fn events_from_a_new_watch_wait_for_the_proof_and_are_never_written_on_a_mismatch() {
     let mut h = synced_then_watch_broken(34);
     let (id, r) = proof(&mut h);
