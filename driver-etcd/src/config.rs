@@ -88,9 +88,9 @@ pub const MAX_CONFIG_NODES: usize = 100_000;
 pub fn parse(path: &Path) -> Result<MirrorConfig, DriverError> {
     use std::io::Read;
     let shown = path.display().to_string();
-    let read = |source| DriverError::Read {
+    let read = |error| DriverError::Read {
         path: shown.clone(),
-        source,
+        error,
     };
     let parse_error = |message: String| DriverError::Parse {
         path: shown.clone(),

@@ -5,13 +5,10 @@ use tidemark_core::classify::{classify, Code, Failure};
 /// Errors the driver itself raises before the core is involved (config files, setup).
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    /// A config file could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A config file could not be read. The IO error is part of the message, not a
+    /// `source`, so a printed chain names it once.
+    #[error("cannot read {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     /// A config file is not valid YAML/JSON for the EtcdMirror schema.
     #[error("cannot parse {path}: {message}")]
     Parse { path: String, message: String },
