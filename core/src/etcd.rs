@@ -72,6 +72,22 @@ pub struct RangeRequest {
     pub sort: SortBy,
 }
 
+impl RangeRequest {
+    /// One key at the latest revision, value included: how the fence record is read.
+    pub fn latest(cluster: Cluster, key: Vec<u8>) -> RangeRequest {
+        RangeRequest {
+            cluster,
+            key,
+            range_end: Vec::new(),
+            revision: 0,
+            limit: 0,
+            count_only: false,
+            keys_only: false,
+            sort: SortBy::Key,
+        }
+    }
+}
+
 /// The result of a range read.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RangeReply {

@@ -340,7 +340,11 @@ fn a_record_without_an_anchor_is_checked_by_revision_and_upgraded() {
 
 /// A cold-synced agent (watermark 100) whose watch just broke; proofs answered by hand.
 fn synced_then_watch_broken(seed: u64) -> Harness {
-    let mut h = Harness::new(config(InitialSyncMode::RequireEmpty), seed);
+    synced_then_watch_broken_with(config(InitialSyncMode::RequireEmpty), seed)
+}
+
+fn synced_then_watch_broken_with(cfg: MirrorConfig, seed: u64) -> Harness {
+    let mut h = Harness::new(cfg, seed);
     let w = cold_start(&mut h, "3.5.13");
     h.auto_proof = false;
     h.watch(
@@ -352,6 +356,26 @@ fn synced_then_watch_broken(seed: u64) -> Harness {
         },
     );
     h
+}
+
+/// After a break: the proof passes (answered by the old source), and the watch reopens and
+/// is established. Returns the new watch's id.
+fn reopened_after_honest_proof(h: &mut Harness) -> u64 {
+    let (id, r) = proof(h);
+    let honest = h.proof_answer(&Command::Range(r));
+    h.done(id, Ok(honest));
+    // The watch reopens after its backoff.
+    h.advance(std::time::Duration::from_secs(60));
+    let cmds = h.drain();
+    let (wid, w2) = cmds
+        .iter()
+        .find_map(|(id, c)| match c {
+            Command::Watch(w) => Some((*id, w.watch_id)),
+            _ => None,
+        })
+        .expect("the watch reopens");
+    h.done(wid, Ok(Reply::WatchStarted));
+    w2
 }
 
 #[test]
@@ -378,30 +402,8 @@ fn a_new_watch_whose_first_response_overflows_the_buffer_is_held_until_its_proof
     // backpressure threw its events away, and the next stream did the same, forever.
     let mut cfg = config(InitialSyncMode::RequireEmpty);
     cfg.sync.watch_buffer_bytes = 64 * 1024;
-    let mut h = Harness::new(cfg, 35);
-    let w = cold_start(&mut h, "3.5.13");
-    h.auto_proof = false;
-    h.watch(
-        w,
-        WatchEvent::Failed {
-            failure: Failure::Transient {
-                message: "connection reset".into(),
-            },
-        },
-    );
-    let (id, r) = proof(&mut h);
-    let honest = h.proof_answer(&Command::Range(r));
-    h.done(id, Ok(honest));
-    h.advance(std::time::Duration::from_secs(60));
-    let cmds = h.drain();
-    let (wid, w2) = cmds
-        .iter()
-        .find_map(|(id, c)| match c {
-            Command::Watch(w) => Some((*id, w.watch_id)),
-            _ => None,
-        })
-        .expect("the watch reopens");
-    h.done(wid, Ok(Reply::WatchStarted));
+    let mut h = synced_then_watch_broken_with(cfg, 35);
+    let w2 = reopened_after_honest_proof(&mut h);
     let big = vec![b'v'; 200 * 1024];
     h.watch(
         w2,
@@ -434,21 +436,9 @@ fn a_new_watch_whose_first_response_overflows_the_buffer_is_held_until_its_proof
 #[test]
 fn events_from_a_new_watch_wait_for_the_proof_and_are_never_written_on_a_mismatch() {
     let mut h = synced_then_watch_broken(34);
-    let (id, r) = proof(&mut h);
-    // This proof is answered by the old source, honestly: it passes.
-    let honest = h.proof_answer(&Command::Range(r));
-    h.done(id, Ok(honest));
-    // The watch reopens (after its backoff) on the new source and is established there.
-    h.advance(std::time::Duration::from_secs(60));
-    let cmds = h.drain();
-    let (wid, w2) = cmds
-        .iter()
-        .find_map(|(id, c)| match c {
-            Command::Watch(w) => Some((*id, w.watch_id)),
-            _ => None,
-        })
-        .expect("the watch reopens");
-    h.done(wid, Ok(Reply::WatchStarted));
+    // The proof is answered by the old source, honestly: it passes. The watch reopens on the
+    // new source and is established there.
+    let w2 = reopened_after_honest_proof(&mut h);
     h.watch(
         w2,
         WatchEvent::Events {

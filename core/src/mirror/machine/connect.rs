@@ -89,16 +89,10 @@ impl Mirror {
     }
 
     pub(super) fn fence_read_cmd(&self) -> Command {
-        Command::Range(RangeRequest {
-            cluster: Cluster::Target,
-            key: self.keys.checkpoint_key().to_vec(),
-            range_end: Vec::new(),
-            revision: 0,
-            limit: 0,
-            count_only: false,
-            keys_only: false,
-            sort: SortBy::Key,
-        })
+        Command::Range(RangeRequest::latest(
+            Cluster::Target,
+            self.keys.checkpoint_key().to_vec(),
+        ))
     }
 
     pub(super) fn on_fence_read(&mut self, now: Instant, r: RangeReply) {

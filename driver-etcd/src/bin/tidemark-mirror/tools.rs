@@ -4,7 +4,7 @@ use crate::cli::{load, CheckpointArgs, DrainArgs, OutputFormat, PreflightArgs, V
 use crate::run::run_spec;
 use anyhow::{bail, Context};
 use std::process::ExitCode;
-use tidemark_core::etcd::{Cluster, Command, RangeRequest, Reply, SortBy};
+use tidemark_core::etcd::{Cluster, Command, RangeRequest, Reply};
 use tidemark_core::mirror::Checkpoint;
 use tidemark_etcd::drain::ControlClient;
 use tidemark_etcd::Executor;
@@ -15,16 +15,10 @@ pub(crate) async fn checkpoint(a: CheckpointArgs) -> anyhow::Result<ExitCode> {
     let exec = Executor::from_config(&config)?;
     let key = config.checkpoint_key();
     let reply = exec
-        .run(Command::Range(RangeRequest {
-            cluster: Cluster::Target,
-            key: key.clone(),
-            range_end: Vec::new(),
-            revision: 0,
-            limit: 0,
-            count_only: false,
-            keys_only: false,
-            sort: SortBy::Key,
-        }))
+        .run(Command::Range(RangeRequest::latest(
+            Cluster::Target,
+            key.clone(),
+        )))
         .await
         .map_err(|f| anyhow::anyhow!("reading the checkpoint from the target: {f}"))?;
     let Reply::Range(r) = reply else {
