@@ -95,8 +95,7 @@ impl World {
                         if spins < 100 {
                             continue;
                         }
-                        assert!(
-                            false,
+                        panic!(
                             "poll_output keeps returning a past deadline {t:?} at {:?} (a driver would busy-loop)",
                             self.now
                         );
