@@ -11,8 +11,8 @@ impl Mirror {
 
     /// Sends the next unit of target work if it may go now; true when it was sent.
     fn pump_one(&mut self, now: Instant) -> bool {
-        if self.stage == Stage::Stopped
-            || self.shutdown
+        if self.life.stage == Stage::Stopped
+            || self.life.shutdown
             || self.pipeline.resolving
             || self.pipeline.broken.is_some()
         {
@@ -23,7 +23,7 @@ impl Mirror {
             .as_ref()
             .is_some_and(|g| g.step == GenStep::Replaying);
         // A reconciliation pass holds the tail so the target stays at source@W + drift.
-        if (self.stage == Stage::Tail && self.recon.pass.is_none()) || replaying {
+        if (self.life.stage == Stage::Tail && self.recon.pass.is_none()) || replaying {
             // Popped only when the queue is empty and the chain has room, so batches cut by
             // watch responses that arrived while the chain was full merge into one Txn.
             if self.work.is_empty() && (self.pipeline.chain.is_empty() || self.chain_has_room()) {
@@ -38,13 +38,14 @@ impl Mirror {
             }
         }
         let chain_busy = !self.pipeline.chain.is_empty() || !self.pages.slots.is_empty();
-        if self.paused && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe))) {
+        if self.life.paused && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe)))
+        {
             return false;
         }
         if self.pacing.hold_until.is_some() || self.pacing.resume_at.is_some() {
             return false;
         }
-        if self.stage == Stage::Parked
+        if self.life.stage == Stage::Parked
             && !matches!(self.work.front(), Some(Work::Fence(FenceWhy::QuotaProbe)))
         {
             return false;
@@ -57,7 +58,7 @@ impl Mirror {
                 return sent;
             }
         }
-        if self.history.refeed && self.history.verified && self.stage == Stage::Tail {
+        if self.history.refeed && self.history.verified && self.life.stage == Stage::Tail {
             // Fed events no window replayed: drop them and resume from the record once the
             // chain has landed (see `History::refeed`).
             if chain_busy {
@@ -324,7 +325,7 @@ impl Mirror {
                 if let Some(w) = proven {
                     self.replay_proven(now, w);
                 }
-                let live = self.stage == Stage::Tail;
+                let live = self.life.stage == Stage::Tail;
                 if live {
                     self.tail.consecutive_resyncs = 0;
                     self.status.set_condition(
@@ -398,7 +399,7 @@ impl Mirror {
                     "QuotaAvailable",
                     "",
                 );
-                self.stage = Stage::Fencing;
+                self.life.stage = Stage::Fencing;
                 // A park can outlast a restore of the source: prove the history again.
                 self.history.unverify();
                 self.resume_from_record(now);
@@ -518,7 +519,7 @@ impl Mirror {
             self.batcher.clear();
             self.cancel_watch();
             self.gen = None;
-            self.stage = Stage::Fencing;
+            self.life.stage = Stage::Fencing;
             // The stale writer's record carries progress this process never proved (a
             // source restored meanwhile, or a resync this process had decided on, would
             // otherwise be re-asserted by the claim): prove it as at connect, then claim.
@@ -541,12 +542,12 @@ impl Mirror {
         self.status.own_late_writes_adopted += 1;
         self.status.last_applied_revision = self.status.last_applied_revision.max(rec.watermark);
         self.fence.record = Some(rec);
-        if self.stage == Stage::Parked {
+        if self.life.stage == Stage::Parked {
             // Still out of quota as far as we know: the next probe decides, now against the
             // adopted record's revision.
             self.park(now);
         } else {
-            self.stage = Stage::Fencing;
+            self.life.stage = Stage::Fencing;
             self.resume_from_record(now);
         }
     }
@@ -654,7 +655,7 @@ impl Mirror {
         // a park that outlasts a restore of the source never re-asserts the old promise.
         self.history.unverify();
         self.recon.pass = None;
-        self.stage = Stage::Parked;
+        self.life.stage = Stage::Parked;
         self.status.phase = Phase::Degraded;
         self.status.set_condition(
             now,

@@ -83,7 +83,7 @@ impl Mirror {
         }
         self.status
             .set_condition(now, C::DirectionConflict, false, "Distinct", "");
-        self.stage = Stage::Fencing;
+        self.life.stage = Stage::Fencing;
         let cmd = self.fence_read_cmd();
         self.issue(Job::ReadFence, cmd);
     }

@@ -51,7 +51,7 @@ impl Mirror {
 
     /// Refreshes `CutoverReady` while a drain is asked for (called with every status refresh).
     pub(super) fn watch_drain(&mut self, now: Instant) {
-        if !self.drain.requested || self.stage == Stage::Stopped {
+        if !self.drain.requested || self.life.stage == Stage::Stopped {
             return;
         }
         let mark = self.status.drain_progress();
@@ -109,12 +109,13 @@ impl Mirror {
     /// What blocks a drain that has shown no progress for [`DRAIN_STALL_AFTER`], and what
     /// to do. The message does not count the seconds, so it does not change while it holds.
     fn drain_block(&self) -> (String, String) {
-        let (reason, what) = if self.paused {
+        let (reason, what) = if self.life.paused {
             (
                 "Paused",
                 "the agent is paused. Resume it (control `resume`) and the drain goes on".into(),
             )
-        } else if self.stage == Stage::Parked || self.status.condition(C::TargetQuotaExhausted) {
+        } else if self.life.stage == Stage::Parked || self.status.condition(C::TargetQuotaExhausted)
+        {
             (
                 "TargetQuotaExhausted",
                 "the target's NOSPACE alarm refuses every write, the cut-over included. Free space on the target (compact and defragment it, or raise --quota-backend-bytes), then `etcdctl alarm disarm`; the drain resumes by itself".into(),
@@ -159,7 +160,7 @@ impl Mirror {
     /// Where the drain is. The `Draining` message is this alone, so it changes with the
     /// step, not with every revision (the status has the watermark and the drain target).
     fn drain_stage(&self) -> &'static str {
-        match self.stage {
+        match self.life.stage {
             Stage::Connecting | Stage::Fencing => "connecting",
             Stage::Genesis => "initial sync",
             Stage::Parked => "parked",

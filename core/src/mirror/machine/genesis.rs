@@ -39,12 +39,12 @@ impl Mirror {
         let Some(rec) = self.fence.record.clone() else {
             // Never claimed (a failed claim): start over from reading the fence.
             self.history.resume(None);
-            self.stage = Stage::Fencing;
+            self.life.stage = Stage::Fencing;
             let cmd = self.fence_read_cmd();
             self.issue(Job::ReadFence, cmd);
             return;
         };
-        if self.stage == Stage::Parked {
+        if self.life.stage == Stage::Parked {
             // Still parked: the quota probe decides.
             return;
         }
@@ -95,7 +95,7 @@ impl Mirror {
     pub(super) fn begin_genesis(&mut self, now: Instant, prune: bool) {
         // Pages of an earlier attempt cannot apply after the start record below.
         self.pages.clear();
-        self.stage = Stage::Genesis;
+        self.life.stage = Stage::Genesis;
         self.status.phase = Phase::InitialSync;
         self.status
             .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
@@ -147,7 +147,7 @@ impl Mirror {
 
     /// Genesis resumed from a record whose scan is in progress.
     pub(super) fn start_genesis_from(&mut self, now: Instant, scan: Scan, prune: bool) {
-        self.stage = Stage::Genesis;
+        self.life.stage = Stage::Genesis;
         self.status.phase = Phase::InitialSync;
         self.status
             .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
@@ -661,7 +661,7 @@ impl Mirror {
             .take()
             .map(|g| g.held.into_iter().collect())
             .unwrap_or_default();
-        self.stage = Stage::Tail;
+        self.life.stage = Stage::Tail;
         self.status.phase = Phase::Syncing;
         for events in held {
             self.feed_events(now, events);

@@ -5,12 +5,12 @@ use super::*;
 impl Mirror {
     pub(super) fn on_control(&mut self, now: Instant, c: Control) {
         match c {
-            Control::Shutdown => self.shutdown = true,
+            Control::Shutdown => self.life.shutdown = true,
             Control::Pause => {
-                self.paused = true;
+                self.life.paused = true;
                 self.status.phase = Phase::Paused;
             }
-            Control::Resume => self.paused = false,
+            Control::Resume => self.life.paused = false,
             Control::Drain => self.drain.requested = true,
             Control::Reconcile => self.recon.reconcile_requested = true,
         }

@@ -55,7 +55,7 @@ use history::History;
 use modscan::ModScan;
 use pages::Pages;
 use pipeline::{Break, Link, Pipeline};
-use plumbing::{Commands, Pacing};
+use plumbing::{Commands, Lifecycle, Pacing};
 use reconcile::{PassPurpose, Reconciliation};
 use tail::TailState;
 
@@ -313,11 +313,11 @@ pub struct Mirror {
     holder: String,
     link: String,
     status: Status,
-    stage: Stage,
+    /// Where the agent is in its life, and what the operator asked of it (see `plumbing.rs`).
+    life: Lifecycle,
 
     /// Commands in flight and outputs to poll (see `plumbing.rs`).
     cmds: Commands,
-    stopped: Option<StopReason>,
     gen_seq: u64,
 
     /// What the version probes found (see `connect.rs`).
@@ -341,9 +341,6 @@ pub struct Mirror {
     /// Genesis pages sent since the durable cursor (see `pages.rs`).
     pages: Pages,
 
-    shutdown: bool,
-    paused: bool,
-    started: bool,
     history: History,
     /// Counts forced resyncs: a commit sent for a copy a resync replaced is not redone when
     /// it turns out not to have applied (its data and record vouch for the replaced copy).
@@ -373,9 +370,8 @@ impl Mirror {
             holder,
             link,
             status,
-            stage: Stage::Connecting,
+            life: Lifecycle::default(),
             cmds: Commands::new(),
-            stopped: None,
             gen_seq: 0,
             peers: Peers::default(),
             fence: Fence::default(),
@@ -400,9 +396,6 @@ impl Mirror {
             work: VecDeque::new(),
             pipeline: Pipeline::new(),
             pages: Pages::default(),
-            shutdown: false,
-            paused: false,
-            started: false,
             history: History::default(),
             copy_seq: 0,
             keys,
@@ -429,7 +422,7 @@ impl Mirror {
 
     /// Feeds one input.
     pub fn handle_input(&mut self, now: Instant, input: Input) {
-        if self.stage == Stage::Stopped {
+        if self.life.stage == Stage::Stopped {
             return;
         }
         match input {
@@ -454,8 +447,8 @@ impl Mirror {
 
     /// The next output. Drain until `Timeout` or `Stopped`.
     pub fn poll_output(&mut self, now: Instant) -> Output {
-        if !self.started {
-            self.started = true;
+        if !self.life.started {
+            self.life.started = true;
             self.status.phase = Phase::Connecting;
             self.issue(
                 Job::ProbeSource,
@@ -476,10 +469,10 @@ impl Mirror {
         if let Some(o) = self.cmds.out.pop_front() {
             return o;
         }
-        if let Some(r) = &self.stopped {
+        if let Some(r) = &self.life.stopped {
             return Output::Stopped(r.clone());
         }
-        if self.shutdown && !self.committing() {
+        if self.life.shutdown && !self.committing() {
             return self.stop(now, StopReason::Shutdown);
         }
         Output::Timeout(self.next_deadline(now).unwrap_or(Instant(u64::MAX)))

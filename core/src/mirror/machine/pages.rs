@@ -259,7 +259,7 @@ impl Mirror {
         sent: Instant,
         reply: Result<TxnReply, Failure>,
     ) {
-        if self.stage == Stage::Stopped || base != self.pages.base {
+        if self.life.stage == Stage::Stopped || base != self.pages.base {
             return;
         }
         let Some(i) = self.pages.slots.iter().position(|s| s.id == slot) else {
@@ -419,7 +419,7 @@ impl Mirror {
             // cannot tell what happened to the target meanwhile, so start over from it.
             self.fence.rev = kv.mod_revision;
             self.fence.rev_exact = true;
-            self.stage = Stage::Fencing;
+            self.life.stage = Stage::Fencing;
             return self.resume_from_record(now);
         }
         // The durable record stands for the page: a takeover claims over its epoch, and no

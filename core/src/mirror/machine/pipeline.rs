@@ -122,7 +122,7 @@ impl Mirror {
         match work {
             // Order-free pages bypass the chain (`pages.rs`).
             Work::Scan { .. } => !self.pages_commute(),
-            Work::Tail(_) => self.stage == Stage::Tail,
+            Work::Tail(_) => self.life.stage == Stage::Tail,
             _ => false,
         }
     }
@@ -166,7 +166,7 @@ impl Mirror {
         c: Commit,
         reply: Result<TxnReply, Failure>,
     ) {
-        if self.stage == Stage::Stopped {
+        if self.life.stage == Stage::Stopped {
             return;
         }
         let seq = c.record.seq;
@@ -429,7 +429,7 @@ impl Mirror {
                     self.status.last_applied_revision =
                         self.status.last_applied_revision.max(rec.watermark);
                     self.fence.record = Some(rec);
-                    self.stage = Stage::Fencing;
+                    self.life.stage = Stage::Fencing;
                     return self.resume_from_record(now);
                 }
             }

@@ -2,6 +2,32 @@
 
 use super::*;
 
+/// Where the agent is in its life, and what the operator asked of it.
+#[derive(Debug, Clone)]
+pub(super) struct Lifecycle {
+    pub(super) stage: Stage,
+    /// Set once, when the agent stops; nothing is issued after it.
+    pub(super) stopped: Option<StopReason>,
+    /// Shutdown was asked for: the agent stops once no commit is in flight.
+    pub(super) shutdown: bool,
+    /// Paused by the operator: no new writes start.
+    pub(super) paused: bool,
+    /// The first `poll_output` began the connect sequence (the version probes).
+    pub(super) started: bool,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Lifecycle {
+        Lifecycle {
+            stage: Stage::Connecting,
+            stopped: None,
+            shutdown: false,
+            paused: false,
+            started: false,
+        }
+    }
+}
+
 /// The commands issued and not yet answered, and the outputs not yet polled.
 #[derive(Debug, Clone)]
 pub(super) struct Commands {
@@ -92,7 +118,7 @@ impl Mirror {
                 self.work.push_front(Work::Fence(FenceWhy::QuotaProbe));
             } else {
                 // Parked before the claim landed: the claim itself is the probe.
-                self.stage = Stage::Fencing;
+                self.life.stage = Stage::Fencing;
                 self.status.backoff = None;
                 self.resume_from_record(now);
             }
@@ -118,7 +144,7 @@ impl Mirror {
         [
             self.recon
                 .next_reconcile
-                .filter(|t| *t > now && self.stage == Stage::Tail),
+                .filter(|t| *t > now && self.life.stage == Stage::Tail),
             self.cmds.retry.iter().map(|r| r.at).min(),
             self.pacing.hold_until,
             self.pacing.resume_at,
@@ -147,8 +173,8 @@ impl Mirror {
     }
 
     pub(super) fn stop(&mut self, now: Instant, reason: StopReason) -> Output {
-        if self.stage != Stage::Stopped {
-            self.stage = Stage::Stopped;
+        if self.life.stage != Stage::Stopped {
+            self.life.stage = Stage::Stopped;
             match &reason {
                 StopReason::Failed { kind, message } => {
                     self.status.phase = Phase::Failed;
@@ -175,7 +201,7 @@ impl Mirror {
             // Commands not yet handed out are abandoned; nothing new is written.
             self.cmds.out.clear();
             self.cmds.retry.clear();
-            self.stopped = Some(reason.clone());
+            self.life.stopped = Some(reason.clone());
         }
         Output::Stopped(reason)
     }

@@ -89,12 +89,12 @@ const PACING_WATCH_CANCEL: Duration = Duration::from_secs(3);
 impl Mirror {
     /// Whether the steady state allows a pass or a drain step to start now.
     pub(super) fn quiescent(&self) -> bool {
-        self.stage == Stage::Tail
+        self.life.stage == Stage::Tail
             && self.gen.is_none()
             && self.recon.pass.is_none()
             && self.work.is_empty()
             && !self.committing()
-            && !self.paused
+            && !self.life.paused
             && self.pacing.hold_until.is_none()
             && self.pacing.resume_at.is_none()
             && self

@@ -33,7 +33,7 @@ impl Mirror {
             .tail
             .lag_since
             .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
-        if self.stage != Stage::Stopped {
+        if self.life.stage != Stage::Stopped {
             let lagging = self.status.lag_seconds > self.cfg.sync.max_lag.as_secs_f64();
             self.status.set_condition(
                 now,
@@ -46,7 +46,7 @@ impl Mirror {
                 },
                 "",
             );
-            if self.stage == Stage::Tail && !self.paused {
+            if self.life.stage == Stage::Tail && !self.life.paused {
                 self.status.phase = if self.status.backoff.is_some() {
                     Phase::Degraded
                 } else if self.drain.state.is_some() || self.drain.requested {
@@ -55,7 +55,7 @@ impl Mirror {
                     Phase::Syncing
                 };
             }
-            if self.paused {
+            if self.life.paused {
                 self.status.phase = Phase::Paused;
             }
             self.watch_drain(now);

@@ -50,7 +50,7 @@ impl Mirror {
             // A resumed agent schedules its first pass too, not only one that just synced.
             self.arm_reconcile(now);
         }
-        self.stage = Stage::Tail;
+        self.life.stage = Stage::Tail;
         self.status.phase = Phase::Syncing;
         self.status
             .set_condition(now, C::InitialSyncComplete, true, "Synced", "");
@@ -177,7 +177,7 @@ impl Mirror {
                 self.issue(Job::WatchRecheck { watch_id: id, from }, cmd);
             }
         }
-        if self.stage == Stage::Fencing {
+        if self.life.stage == Stage::Fencing {
             // Only the replay before the claim watches while fencing (history.rs).
             return self.on_connect_watch(now, ev);
         }
@@ -226,7 +226,7 @@ impl Mirror {
                     self.count_live(&events, to);
                     self.tail.delivered = to;
                 }
-                if self.stage == Stage::Genesis {
+                if self.life.stage == Stage::Genesis {
                     let seen: Vec<(EventKind, &KeyValue)> = events
                         .iter()
                         .filter(|e| self.keys.in_scope(&e.kv.key))
@@ -276,7 +276,7 @@ impl Mirror {
                 // new stream must be proven again): the next stream's first response would
                 // do the same, forever, re-reading that history from the source each time.
                 // So an unproven stream is held until its one point read answers.
-                if self.stage == Stage::Tail
+                if self.life.stage == Stage::Tail
                     && self.history.verified
                     && self.batcher.queued_bytes() as u64 > self.cfg.sync.watch_buffer_bytes
                 {
@@ -292,13 +292,13 @@ impl Mirror {
                     return;
                 }
                 self.window_progress(now, revision);
-                if self.stage == Stage::Stopped {
+                if self.life.stage == Stage::Stopped {
                     return;
                 }
                 let to = self.tail.delivered.max(revision);
                 self.count_live(&[], to);
                 self.tail.delivered = to;
-                let idle = self.stage == Stage::Tail
+                let idle = self.life.stage == Stage::Tail
                     && self.recon.pass.is_none()
                     && self.work.is_empty()
                     && !self.committing()
@@ -315,7 +315,7 @@ impl Mirror {
                         .tail
                         .last_idle_advance
                         .is_none_or(|t| now >= t + IDLE_ADVANCE_EVERY);
-                if idle && !split && revision > w && due && !self.paused {
+                if idle && !split && revision > w && due && !self.life.paused {
                     self.tail.last_idle_advance = Some(now);
                     self.work
                         .push_back(Work::Fence(FenceWhy::IdleAdvance { rev: revision }));
@@ -403,7 +403,7 @@ impl Mirror {
     }
 
     pub(super) fn on_compacted(&mut self, now: Instant, compact_revision: i64) {
-        if self.stage == Stage::Fencing {
+        if self.life.stage == Stage::Fencing {
             // Only the replay before the claim watches while fencing.
             if self.history.at_connect {
                 self.connect_window_compacted(now, compact_revision);
@@ -418,7 +418,7 @@ impl Mirror {
             "Compacted",
             format!("the source compacted past the revision the mirror needed (compact revision {compact_revision})"),
         );
-        if self.stage == Stage::Genesis {
+        if self.life.stage == Stage::Genesis {
             self.restart_genesis(now, "the source was compacted past R0 during the scan");
             return;
         }

@@ -88,7 +88,7 @@ impl Mirror {
             }
         }
         // The replay before the claim is itself part of the connect proof.
-        if self.stage != Stage::Fencing {
+        if self.life.stage != Stage::Fencing {
             self.history.watch_header = 0;
             self.history.unverify();
         }
@@ -150,7 +150,10 @@ impl Mirror {
 
     /// Issues a proof unless one is under way or the history is proven.
     pub(in crate::mirror::machine) fn maybe_prove(&mut self) {
-        let running = matches!(self.stage, Stage::Genesis | Stage::Tail | Stage::Parked);
+        let running = matches!(
+            self.life.stage,
+            Stage::Genesis | Stage::Tail | Stage::Parked
+        );
         if running && !self.history.verified && !self.history.proving {
             if let Some(f) = self.fence.record.as_ref().map(record_floor) {
                 self.history.reached(f);
@@ -364,7 +367,7 @@ impl Mirror {
             .since_break
             .as_ref()
             .is_some_and(|(n, _, plain)| n > plain);
-        if self.stage == Stage::Tail && unreplayed && self.tail.watch.is_none() {
+        if self.life.stage == Stage::Tail && unreplayed && self.tail.watch.is_none() {
             // The point read proves the anchor only. Events fed after it came from a stream
             // that is gone (cancelled for backpressure), and no new watch will replay them
             // before they are written (docs/design.md, "Source history", rule 5).
@@ -376,7 +379,7 @@ impl Mirror {
         self.status.source_history_proofs += 1;
         // While the resync an unprovable history caused runs, its proofs check the revision
         // only; the condition keeps saying why the copy is being rebuilt.
-        let resyncing = self.stage == Stage::Genesis
+        let resyncing = self.life.stage == Stage::Genesis
             && reason == "RevisionOnly"
             && self
                 .status
@@ -441,7 +444,7 @@ impl Mirror {
     }
 
     fn connect_window_closed(&mut self, now: Instant) {
-        if self.stage != Stage::Fencing || !self.history.at_connect {
+        if self.life.stage != Stage::Fencing || !self.history.at_connect {
             return;
         }
         self.history.at_connect = false;
@@ -539,14 +542,14 @@ impl Mirror {
     /// one the record could not carry (newer than a settled watermark).
     pub(in crate::mirror::machine) fn anchor_for(&self, rec: &Checkpoint) -> Option<Anchor> {
         let fits = |a: &Anchor| rec.scan.is_some() || a.rev <= rec.watermark;
-        let fresh = if self.stage == Stage::Genesis {
+        let fresh = if self.life.stage == Stage::Genesis {
             Some(self.history.candidate.clone())
         } else {
             self.history.anchor_at(rec.watermark)
         };
         match fresh {
             Some(Some(a)) if fits(&a) => Some(a),
-            Some(None) if self.stage != Stage::Genesis => None,
+            Some(None) if self.life.stage != Stage::Genesis => None,
             _ => rec.anchor.clone().filter(fits),
         }
     }
@@ -557,7 +560,7 @@ impl Mirror {
     /// whose notifications cannot be trusted a quiet window times out as unprovable.
     pub(in crate::mirror::machine) fn watch_start(&mut self, watch: u64, upto: i64) -> i64 {
         self.history.window = None;
-        if self.stage == Stage::Genesis {
+        if self.life.stage == Stage::Genesis {
             // A genesis promises nothing until it finishes, but what it applies must come
             // from one history: a reopened watch replays everything delivered since the base.
             let Some((base, n, sha)) = self.history.genesis_seen.clone() else {
@@ -579,10 +582,10 @@ impl Mirror {
             });
             return base + 1;
         }
-        let connecting = self.stage == Stage::Fencing && self.history.at_connect;
+        let connecting = self.life.stage == Stage::Fencing && self.history.at_connect;
         // On a source whose progress notifications cannot be trusted the window is replayed
         // too: only an event past it closes it, and a quiet one times out as unprovable.
-        if !(self.stage == Stage::Tail || connecting) {
+        if !(self.life.stage == Stage::Tail || connecting) {
             return upto + 1;
         }
         let unproven = !connecting && !self.history.verified && self.history.before_break.is_some();
