@@ -9,20 +9,23 @@
 //! The recorder's outcome is checked too: recorded, blocked by a chunk whose timestamp is
 //! unreadable, or cut short by the crash.
 //!
-//! The recorder runs against a small in-test Kubernetes store (Compositions, ResourceSlices
-//! and Secrets with resourceVersions and 409s), so this test needs only `tidemark-core`.
+//! The recorder runs against the model apiserver (`tidemark-model`, the one the simulator and
+//! the Kubernetes conformance server use), through the simulator's command executor.
 
 // Panics are the test report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use proptest::prelude::*;
 use proptest_state_machine::{prop_state_machine, ReferenceStateMachine, StateMachineTest};
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use tidemark_core::inventory::chunk::{chunk_entries, secret_name};
 use tidemark_core::inventory::decision::{Decision, Outcome, DECISION_ANNOTATION};
 use tidemark_core::inventory::kube::{Command, Input, KubeError, Output, Reply};
 use tidemark_core::inventory::*;
 use tidemark_core::Instant;
+use tidemark_model::apiserver::inventory::execute;
+use tidemark_model::apiserver::{ApiServer, Gvr, Subresource};
 
 const NS: &str = "apps";
 const SECRET_NS: &str = "kube-system";
@@ -308,144 +311,118 @@ impl ReferenceStateMachine for InventoryModel {
     }
 }
 
-/// A tiny Kubernetes: Compositions and ResourceSlices (Eno cluster) and Secrets (downstream).
-#[derive(Debug, Default)]
+/// The cluster: the model apiserver (the simulator's), driven through the same command
+/// executor the simulator's inventory scenarios use.
 struct Kube {
-    rv: u64,
-    comps: BTreeMap<String, CompositionView>,
-    slices: BTreeMap<String, SliceView>,
-    secrets: BTreeMap<String, Secret>,
+    api: ApiServer,
+}
+
+impl Default for Kube {
+    fn default() -> Kube {
+        Kube {
+            api: ApiServer::new(),
+        }
+    }
+}
+
+/// The one instant every step runs at: the recorder's waits are not under test here.
+fn now() -> Instant {
+    Instant::from_nanos(1_790_000_000_000_000_000)
 }
 
 impl Kube {
-    fn bump(&mut self) -> String {
-        self.rv += 1;
-        self.rv.to_string()
+    fn exec(&mut self, cmd: &Command) -> Result<Reply, KubeError> {
+        execute(&mut self.api, now(), cmd)
     }
 
-    fn exec(&mut self, cmd: &Command) -> Result<Reply, KubeError> {
-        match cmd {
-            Command::GetComposition { name, .. } => self
-                .comps
-                .get(name)
-                .cloned()
-                .map(Reply::Composition)
-                .ok_or(KubeError::NotFound),
-            Command::ListCompositions { .. } => {
-                Ok(Reply::Compositions(self.comps.values().cloned().collect()))
-            }
-            Command::ListResourceSlices { names, .. } => Ok(Reply::Slices(
-                names
-                    .iter()
-                    .filter_map(|n| self.slices.get(n).cloned())
-                    .collect(),
-            )),
-            Command::ListSecrets { label_selector, .. } => {
-                let (k, v) = label_selector.split_once('=').unwrap();
-                Ok(Reply::Secrets(
-                    self.secrets
-                        .values()
-                        .filter(|s| s.labels.get(k).map(String::as_str) == Some(v))
-                        .cloned()
-                        .collect(),
-                ))
-            }
-            Command::GetSecret { name, .. } => self
-                .secrets
-                .get(name)
-                .cloned()
-                .map(Reply::Secret)
-                .ok_or(KubeError::NotFound),
-            Command::CreateSecret(s) => {
-                if self.secrets.contains_key(&s.name) {
-                    return Err(KubeError::Conflict("already exists".into()));
-                }
-                let mut s = s.clone();
-                s.resource_version = Some(self.bump());
-                s.uid = format!("uid-{}", self.rv);
-                self.secrets.insert(s.name.clone(), s.clone());
-                Ok(Reply::Secret(s))
-            }
-            Command::UpdateSecret(s) => {
-                let Some(cur) = self.secrets.get(&s.name) else {
-                    return Err(KubeError::NotFound);
-                };
-                if cur.resource_version != s.resource_version {
-                    return Err(KubeError::Conflict("stale resourceVersion".into()));
-                }
-                let mut s = s.clone();
-                s.uid = cur.uid.clone();
-                s.resource_version = Some(self.bump());
-                self.secrets.insert(s.name.clone(), s.clone());
-                Ok(Reply::Secret(s))
-            }
-            other => Err(KubeError::Other(format!(
-                "not used by the recorder: {other:?}"
-            ))),
+    /// The stored inventory Secret `name`, as the recorder reads it.
+    fn secret(&mut self, name: &str) -> Secret {
+        let get = Command::GetSecret {
+            namespace: SECRET_NS.into(),
+            name: name.into(),
+        };
+        match self.exec(&get) {
+            Ok(Reply::Secret(s)) => s,
+            other => panic!("reading a live chunk {name}: {other:?}"),
         }
+    }
+
+    fn secrets(&self) -> Vec<Secret> {
+        self.api
+            .all(&Gvr::secrets())
+            .into_iter()
+            .map(|v| Secret::from_kube_json(v).expect("a stored Secret reads back"))
+            .collect()
     }
 
     /// Publishes synthesis `n` of `comp` as the Composition's current, Ready synthesis with a
     /// finished recovery decision; a re-created Composition replaces the old one.
     fn synthesize(&mut self, comp: &str, n: u32, entries: &[Entry]) {
         let slice = format!("slice-{n}");
-        let resources = entries
+        let resources: Vec<serde_json::Value> = entries
             .iter()
             .map(|e| {
                 let api_version = e.resource_id().api_version();
-                let mut meta = serde_json::json!({ "name": e.name });
+                let mut meta = json!({ "name": e.name });
                 if let Some(ns) = &e.namespace {
                     meta["namespace"] = ns.clone().into();
                 }
-                tidemark_core::inventory::view::SliceResource {
-                    manifest: serde_json::json!({"apiVersion": api_version, "kind": e.kind, "metadata": meta}).to_string(),
-                    deleted: false,
-                }
+                json!({"manifest": json!({"apiVersion": api_version, "kind": e.kind, "metadata": meta}).to_string()})
             })
             .collect();
-        self.slices.insert(
-            slice.clone(),
-            SliceView {
-                name: slice.clone(),
-                terminating: false,
-                resources,
-            },
-        );
         let uuid = uuid_of(n);
+        let _ = self.api.create(
+            now(),
+            &Gvr::resource_slices(),
+            NS,
+            json!({"metadata": {"name": slice}, "spec": {"synthesisUUID": uuid, "resources": resources}}),
+        );
         let decision = Decision {
             synthesis_uuid: uuid.clone(),
             outcome: Outcome::NotNeeded,
             time: time_of(n),
         };
-        let rv = self.bump();
-        let uid = match self.comps.get(comp) {
-            Some(c) => c.uid.clone(),
-            None => format!("comp-uid-{n}"),
+        let comps = Gvr::compositions();
+        let others: Vec<String> = self
+            .api
+            .all(&comps)
+            .iter()
+            .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string))
+            .filter(|name| name != comp)
+            .collect();
+        for other in others {
+            self.api
+                .delete(now(), &comps, NS, &other, None, None)
+                .expect("deleting the replaced Composition");
+        }
+        let annotations = json!({
+            ANN_RECOVERY_ENABLED: "true",
+            DECISION_ANNOTATION: decision.to_json(),
+        });
+        let mut obj = match self.api.peek(&comps, NS, comp).cloned() {
+            Some(mut c) => {
+                c["metadata"]["annotations"] = annotations;
+                self.api
+                    .update(now(), &comps, NS, comp, c, Subresource::Main)
+                    .expect("updating the Composition")
+            }
+            None => self
+                .api
+                .create(
+                    now(),
+                    &comps,
+                    NS,
+                    json!({"metadata": {"name": comp, "annotations": annotations},
+                           "spec": {"synthesizer": {"name": "syn"}}}),
+                )
+                .expect("creating the Composition"),
         };
-        self.comps.retain(|name, _| name == comp);
-        self.comps.insert(
-            comp.to_string(),
-            CompositionView {
-                namespace: NS.into(),
-                name: comp.into(),
-                uid,
-                resource_version: rv,
-                synthesizer_name: "syn".into(),
-                labels: BTreeMap::new(),
-                annotations: BTreeMap::from([
-                    (ANN_RECOVERY_ENABLED.to_string(), "true".to_string()),
-                    (DECISION_ANNOTATION.to_string(), decision.to_json()),
-                ]),
-                current_synthesis: Some(SynthesisView {
-                    uuid,
-                    synthesized: Some(time_of(n)),
-                    ready: true,
-                    resource_slice_names: vec![slice],
-                }),
-                previous_synthesis: None,
-                deleting: false,
-            },
-        );
+        let at = time_of(n).format_rfc3339_nanos();
+        obj["status"] = json!({"currentSynthesis": {"uuid": uuid, "synthesized": at, "ready": at,
+                                                     "resourceSlices": [{"name": slice}]}});
+        self.api
+            .update(now(), &comps, NS, comp, obj, Subresource::Status)
+            .expect("publishing the synthesis");
     }
 
     /// Runs one recording; `crash_after` stops the process before its (k+1)-th write.
@@ -456,7 +433,7 @@ impl Kube {
             ..RecorderConfig::default()
         };
         let mut r = Recorder::new(cfg, NS, comp);
-        let now = Instant::from_nanos(1);
+        let now = now();
         let mut writes = 0u8;
         for _ in 0..10_000 {
             match r.poll_output(now) {
@@ -504,14 +481,13 @@ impl StateMachineTest for InventoryTest {
                 .as_ref()
                 .map(|u| kube.record(COMPS[state.snaps[u].comp], None)),
             Transition::Delete(name) => {
-                kube.secrets.remove(&name).expect("deleting a live chunk");
+                kube.api
+                    .delete(now(), &Gvr::secrets(), SECRET_NS, &name, None, None)
+                    .expect("deleting a live chunk");
                 None
             }
             Transition::Corrupt(name, d) => {
-                let s = kube
-                    .secrets
-                    .get_mut(&name)
-                    .expect("corrupting a live chunk");
+                let mut s = kube.secret(&name);
                 let ann = &mut s.annotations;
                 // Each kind of damage is idempotent, so repeating it keeps the reference exact.
                 match d {
@@ -526,6 +502,11 @@ impl StateMachineTest for InventoryTest {
                         ann.insert(ANN_SYNTHESIZED.into(), "not-a-time".into());
                     }
                 }
+                let put = Command::UpdateSecret(s);
+                assert!(
+                    matches!(kube.exec(&put), Ok(Reply::Secret(_))),
+                    "corrupting a live chunk"
+                );
                 None
             }
         };
@@ -548,7 +529,7 @@ impl StateMachineTest for InventoryTest {
     }
 
     fn check_invariants(kube: &Kube, state: &RefState) {
-        let secrets: Vec<Secret> = kube.secrets.values().cloned().collect();
+        let secrets = kube.secrets();
         let got = select(&secrets, &lineage());
         match (state.expected(), &got) {
             (None, Selection::None) => {}
