@@ -1,6 +1,7 @@
-//! Property tests of the recorder against a tiny in-memory API server: resourceVersion
-//! preconditions, injected 409s, and two recorders (older and newer synthesis) interleaved on
-//! one Secret store. After every step, selection never yields a mixed snapshot.
+//! Property tests of the recorder against the model apiserver's Secret store
+//! (`tidemark-model`: resourceVersion preconditions and 409s), with injected conflicts and two
+//! recorders (older and newer synthesis) interleaved on it. After every step, selection never
+//! yields a mixed snapshot. Each recorder sees its own Composition and slices (fixtures).
 // Helpers outside #[test] fns unwrap too: a failure there is a test failure.
 #![allow(clippy::unwrap_used)]
 
@@ -8,6 +9,8 @@ use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tidemark_core::inventory::*;
 use tidemark_core::Instant;
+use tidemark_model::apiserver::inventory::execute;
+use tidemark_model::apiserver::{ApiServer, Gvr};
 
 fn ts(s: &str) -> Timestamp {
     Timestamp::parse_rfc3339(s).unwrap()
@@ -59,19 +62,23 @@ fn slice(name: &str, n: usize, tag: &str) -> SliceView {
     }
 }
 
-/// The shared downstream Secret store with resourceVersions.
-#[derive(Default)]
+/// The shared downstream Secret store: the model apiserver.
 struct Store {
-    secrets: BTreeMap<String, Secret>,
-    rv: u64,
+    api: ApiServer,
+    /// Writes of the simulated concurrent writer, so each changes the Secret.
+    concurrent: u64,
+}
+
+impl Default for Store {
+    fn default() -> Store {
+        Store {
+            api: ApiServer::new(),
+            concurrent: 0,
+        }
+    }
 }
 
 impl Store {
-    fn bump(&mut self) -> String {
-        self.rv += 1;
-        self.rv.to_string()
-    }
-
     fn exec(
         &mut self,
         comp: &CompositionView,
@@ -82,36 +89,37 @@ impl Store {
             Command::GetComposition { .. } => Ok(Reply::Composition(comp.clone())),
             Command::ListCompositions { .. } => Ok(Reply::Compositions(vec![comp.clone()])),
             Command::ListResourceSlices { .. } => Ok(Reply::Slices(slices.to_vec())),
-            Command::GetSecret { name, .. } => self
-                .secrets
-                .get(&name)
-                .cloned()
-                .map(Reply::Secret)
-                .ok_or(KubeError::NotFound),
-            Command::CreateSecret(mut s) => {
-                if self.secrets.contains_key(&s.name) {
-                    return Err(KubeError::Conflict("already exists".into()));
-                }
-                s.resource_version = Some(self.bump());
-                s.uid = format!("uid-{}", self.rv);
-                self.secrets.insert(s.name.clone(), s.clone());
-                Ok(Reply::Secret(s))
-            }
-            Command::UpdateSecret(mut s) => {
-                let cur = self.secrets.get(&s.name).ok_or(KubeError::NotFound)?;
-                if cur.resource_version != s.resource_version {
-                    return Err(KubeError::Conflict("stale resourceVersion".into()));
-                }
-                s.resource_version = Some(self.bump());
-                self.secrets.insert(s.name.clone(), s.clone());
-                Ok(Reply::Secret(s))
-            }
+            cmd @ (Command::GetSecret { .. }
+            | Command::ListSecrets { .. }
+            | Command::CreateSecret(_)
+            | Command::UpdateSecret(_)) => execute(&mut self.api, Instant::from_nanos(0), &cmd),
             other => panic!("unexpected {other:?}"),
         }
     }
 
+    /// Another writer changes Secret `name` (if it exists), so a write based on the version
+    /// read before conflicts.
+    fn touch(&mut self, namespace: &str, name: &str) {
+        let get = Command::GetSecret {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let Ok(Reply::Secret(mut s)) = execute(&mut self.api, Instant::from_nanos(0), &get) else {
+            return;
+        };
+        self.concurrent += 1;
+        s.annotations
+            .insert("test/concurrent-writer".into(), self.concurrent.to_string());
+        let put = Command::UpdateSecret(s);
+        execute(&mut self.api, Instant::from_nanos(0), &put).unwrap();
+    }
+
     fn all(&self) -> Vec<Secret> {
-        self.secrets.values().cloned().collect()
+        self.api
+            .all(&Gvr::secrets())
+            .into_iter()
+            .map(|v| Secret::from_kube_json(v).unwrap())
+            .collect()
     }
 }
 
@@ -149,10 +157,7 @@ impl Actor {
                 let is_write = matches!(cmd, Command::CreateSecret(_) | Command::UpdateSecret(_));
                 let result = if is_write && inject {
                     if let Command::UpdateSecret(s) = &cmd {
-                        let rv = store.bump();
-                        if let Some(cur) = store.secrets.get_mut(&s.name) {
-                            cur.resource_version = Some(rv);
-                        }
+                        store.touch(&s.namespace, &s.name);
                     }
                     Err(KubeError::Conflict("injected".into()))
                 } else {
@@ -273,6 +278,8 @@ struct Cluster {
     store: Store,
     objects: BTreeMap<ResourceId, ObjectView>,
     deleted: Vec<ResourceId>,
+    /// The Compositions' resourceVersions.
+    rv: u64,
 }
 
 impl Cluster {
@@ -293,16 +300,6 @@ impl Cluster {
                     .filter_map(|n| self.slices.get(n).cloned())
                     .collect(),
             )),
-            Command::ListSecrets { label_selector, .. } => {
-                let (k, v) = label_selector.split_once('=').unwrap();
-                Ok(Reply::Secrets(
-                    self.store
-                        .all()
-                        .into_iter()
-                        .filter(|s| s.labels.get(k).map(String::as_str) == Some(v))
-                        .collect(),
-                ))
-            }
             Command::PatchCompositionAnnotation {
                 name,
                 key,
@@ -310,7 +307,8 @@ impl Cluster {
                 resource_version,
                 ..
             } => {
-                let rv = self.store.bump();
+                self.rv += 1;
+                let rv = format!("c{}", self.rv);
                 let c = self.comps.get_mut(&name).ok_or(KubeError::NotFound)?;
                 if c.resource_version != resource_version {
                     return Err(KubeError::Conflict("stale".into()));
