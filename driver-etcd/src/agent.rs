@@ -58,31 +58,8 @@ impl Default for AgentOptions {
     }
 }
 
-/// Monotonic core time: nanoseconds since the agent's start.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    start: tokio::time::Instant,
-}
-
-impl Clock {
-    /// Starts the clock at zero now.
-    pub fn start() -> Self {
-        Clock {
-            start: tokio::time::Instant::now(),
-        }
-    }
-
-    /// The current core instant.
-    pub fn now(&self) -> Instant {
-        let n = self.start.elapsed().as_nanos();
-        Instant::from_nanos(u64::try_from(n).unwrap_or(u64::MAX))
-    }
-
-    /// The tokio instant for a core instant.
-    pub fn to_tokio(&self, t: Instant) -> tokio::time::Instant {
-        self.start + Duration::from_nanos(t.as_nanos())
-    }
-}
+/// The drivers' clock (one for both binaries).
+pub use tidemark_runtime::Clock;
 
 /// Drives one core against one executor.
 #[derive(Debug)]

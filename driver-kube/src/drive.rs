@@ -3,39 +3,9 @@
 use crate::exec::Executor;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tidemark_core::inventory::{Input, KubeError, Output, Timestamp};
-use tidemark_core::{Instant, Machine};
+use tidemark_core::Machine;
 
-/// The driver's monotonic clock, as core [`Instant`]s since the clock was made.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    epoch: std::time::Instant,
-}
-
-impl Default for Clock {
-    fn default() -> Self {
-        Clock::new()
-    }
-}
-
-impl Clock {
-    /// A clock whose epoch is now.
-    pub fn new() -> Clock {
-        Clock {
-            epoch: std::time::Instant::now(),
-        }
-    }
-
-    /// Now, in core time.
-    pub fn now(&self) -> Instant {
-        let d = self.epoch.elapsed();
-        Instant(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-    }
-
-    /// The tokio instant a core instant stands for.
-    pub fn to_tokio(&self, at: Instant) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.epoch + Duration::from_nanos(at.as_nanos()))
-    }
-}
+pub use tidemark_runtime::Clock;
 
 /// Wall-clock time for values the core writes into objects (decision time).
 pub fn wall_timestamp() -> Timestamp {

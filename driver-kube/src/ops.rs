@@ -18,7 +18,7 @@ pub async fn recover_once(
     mode: Mode,
 ) -> RecoveryOutcome {
     let mut m = Recovery::new(cfg.recovery(mode), namespace, name, wall_timestamp());
-    drive(&mut m, exec, &Clock::new(), cfg.request_timeout).await
+    drive(&mut m, exec, &Clock::start(), cfg.request_timeout).await
 }
 
 /// Runs the recorder once for `namespace/name`.
@@ -29,7 +29,7 @@ pub async fn record_once(
     name: &str,
 ) -> RecordOutcome {
     let mut m = Recorder::new(cfg.recorder(), namespace, name);
-    drive(&mut m, exec, &Clock::new(), cfg.request_timeout).await
+    drive(&mut m, exec, &Clock::start(), cfg.request_timeout).await
 }
 
 fn id_json(id: &ResourceId) -> Value {

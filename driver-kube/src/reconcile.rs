@@ -60,7 +60,7 @@ impl Reconciler {
             cfg,
             exec,
             events,
-            clock: Clock::new(),
+            clock: Clock::start(),
             emitted: Mutex::new(BTreeSet::new()),
             stats: Mutex::new(ControllerStats::default()),
         }

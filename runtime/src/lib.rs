@@ -11,6 +11,7 @@
 //!   `POST /v1/<control>` on a separate, guarded control listener.
 //! - [`signals`]: SIGTERM/SIGINT as a future; a second signal forces exit.
 //! - [`progress`]: a TTY-aware progress line (or periodic log lines) for long operations.
+//! - [`clock`]: the one clock both drivers feed the core's time from.
 //!
 //! A binary's `main`, in outline:
 //!
@@ -65,6 +66,7 @@
 //! ```
 
 pub mod admin;
+pub mod clock;
 pub mod logging;
 pub mod progress;
 pub mod signals;
@@ -73,6 +75,7 @@ pub use admin::{
     Admin, AdminArgs, AdminConfig, AdminError, AdminHandle, AdminServer, ControlAddr,
     ControlConfig, ControlListen, ControlRequest,
 };
+pub use clock::Clock;
 pub use logging::{LogFormat, LoggingError};
 pub use progress::Progress;
 pub use signals::{shutdown_signal, Shutdown, ShutdownSignal};
