@@ -339,8 +339,11 @@ impl Cluster {
         }
     }
 
-    fn run_recorder(&mut self, name: &str) -> RecordOutcome {
-        let mut m = Recorder::new(RecorderConfig::default(), "ns", name);
+    /// Runs an inventory machine to its stop, every reply synchronous.
+    fn run<M, S>(&mut self, mut m: M) -> S
+    where
+        M: tidemark_core::Machine<Input = Input, Output = Output<S>>,
+    {
         let now = Instant::from_nanos(0);
         loop {
             match m.poll_output(now) {
@@ -352,6 +355,10 @@ impl Cluster {
                 Output::Timeout(_) => panic!("synchronous"),
             }
         }
+    }
+
+    fn run_recorder(&mut self, name: &str) -> RecordOutcome {
+        self.run(Recorder::new(RecorderConfig::default(), "ns", name))
     }
 
     fn run_recovery(&mut self, name: &str, mode: Mode) -> RecoveryOutcome {
@@ -364,18 +371,7 @@ impl Cluster {
             policy,
             ..RecoveryConfig::default()
         };
-        let mut m = Recovery::new(cfg, "ns", name, ts("2026-12-02T16:00:00Z"));
-        let now = Instant::from_nanos(0);
-        loop {
-            match m.poll_output(now) {
-                Output::Command { id, cmd } => {
-                    let result = self.exec(cmd);
-                    m.handle_input(now, Input::Done { id, result });
-                }
-                Output::Stopped(o) => return o,
-                Output::Timeout(_) => panic!("synchronous"),
-            }
-        }
+        self.run(Recovery::new(cfg, "ns", name, ts("2026-12-02T16:00:00Z")))
     }
 }
 
