@@ -8,6 +8,7 @@ mod support;
 
 use std::time::Duration;
 use support::agent::{config, converge, load, num, revision, synced, Proc};
+use support::throttle::Throttle;
 use support::{pair, Etcd, V};
 use tidemark_core::mirror::{Checkpoint, Role};
 
@@ -307,3 +308,39 @@ async fn learner_endpoint(v: V) {
     assert!(b.term().success(), "{}", b.log());
 }
 both_versions!(a_learner_endpoint_is_reported_and_skipped, learner_endpoint);
+
+/// Target throttling. While the target answers Txns with etcd's "too many requests" (a fault
+/// proxy in front of the real server: a real one sends it only when its apply lags its commit
+/// by 5,000 entries), TargetThrottled is True and nothing is lost; once it stops, the
+/// condition clears and the target converges.
+async fn target_throttled(v: V) {
+    let Some((src, tgt)) = pair(v).await else {
+        return;
+    };
+    let proxy = Throttle::start(tgt.url.trim_start_matches("http://")).await;
+    load(&src, "/app/", 30, 16).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.target.endpoint_list = vec![proxy.url.clone()];
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    let rev = revision(&src).await;
+    a.wait("synced through the proxy", 30 * SEC, |s| synced(s, rev))
+        .await;
+    proxy.set(true);
+    load(&src, "/app/more/", 20, 16).await;
+    let s = a
+        .wait("TargetThrottled", 30 * SEC, |s| {
+            s["conditions"]["TargetThrottled"]["status"] == true
+        })
+        .await;
+    assert!(proxy.refused() > 0, "{s}");
+    proxy.set(false);
+    let rev = revision(&src).await;
+    a.wait("synced once the throttling stops", 60 * SEC, |s| {
+        synced(s, rev) && s["conditions"]["TargetThrottled"]["status"] != true
+    })
+    .await;
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    assert!(a.term().success(), "{}", a.log());
+}
+both_versions!(target_throttling_is_reported_then_clears, target_throttled);

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod pod;
+pub mod throttle;
 
 use std::net::TcpListener;
 use std::path::PathBuf;
