@@ -150,15 +150,8 @@ impl Mirror {
             self.tail.live = None;
             return;
         };
-        let mut n = n;
-        for e in events.iter().filter(|e| self.keys.in_scope(&e.kv.key)) {
-            match e.kind {
-                EventKind::Put if e.kv.version == 1 => n += 1,
-                EventKind::Put => {}
-                EventKind::Delete => n -= 1,
-            }
-        }
-        self.tail.live = Some((to.max(at), n));
+        let in_scope = events.iter().filter(|e| self.keys.in_scope(&e.kv.key));
+        self.tail.live = Some((to.max(at), n + key_count_change(in_scope)));
     }
 
     pub(super) fn cancel_watch(&mut self) {
@@ -237,13 +230,7 @@ impl Mirror {
                 if let Some(n) = self.gen.as_mut().and_then(|g| g.live.as_mut()) {
                     // Keys in the source range at `delivered`, for the untrusted probe. Every
                     // event here is past the old `delivered` (checked above).
-                    for e in &events {
-                        match e.kind {
-                            EventKind::Put if e.kv.version == 1 => *n += 1,
-                            EventKind::Put => {}
-                            EventKind::Delete => *n -= 1,
-                        }
-                    }
+                    *n += key_count_change(events.iter());
                 }
                 let holding = self.gen.as_ref().is_some_and(|g| {
                     matches!(
@@ -533,4 +520,16 @@ impl Mirror {
             },
         })
     }
+}
+
+/// How many keys these consecutive events add to a range: a put of version 1 creates a key,
+/// a delete removes one (etcd sends deletes only for keys that exist).
+fn key_count_change<'a>(events: impl Iterator<Item = &'a Event>) -> i64 {
+    events
+        .map(|e| match e.kind {
+            EventKind::Put if e.kv.version == 1 => 1,
+            EventKind::Put => 0,
+            EventKind::Delete => -1,
+        })
+        .sum()
 }
