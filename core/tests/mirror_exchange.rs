@@ -868,6 +868,7 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
         (3, b"/app/m\0".to_vec())
     );
     h.done(id, Ok(txn_ok(51)));
+    h.auto_count = false;
     let cmds = h.drain();
     // A count of what is left (progress only), the watch from the original R0, then the
     // next page from the durable cursor.
@@ -875,7 +876,15 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
     let Command::Range(count) = &cmds[0].1 else {
         panic!("{cmds:#?}")
     };
+    // Bounded and pinned at the scan's base: it walks one span of the snapshot the scan
+    // reads, never the rest of the range.
     assert!(count.count_only && count.key == b"/app/m\0".to_vec());
+    assert_eq!((count.revision, count.limit), (200, 0));
+    assert!(
+        count.range_end.as_slice() > b"/app/m\0".as_slice()
+            && count.range_end.as_slice() < b"/app0".as_slice(),
+        "{count:?}"
+    );
     h.done(cmds[0].0, Ok(range(300, vec![], false)));
     let Command::Watch(w) = &cmds[1].1 else {
         panic!("{cmds:#?}")

@@ -349,8 +349,8 @@ fn default_max_txns_in_flight() -> u32 {
     1
 }
 fn default_page_key_limit() -> u32 {
-    // etcd 3.4/3.5 count the rest of the range on every limited read, so small pages make a
-    // large scan quadratic; pages still shrink to fit `pageBytes`.
+    // Also the keys one bounded count read walks under the source's index lock; scan
+    // pages still shrink to fit `pageBytes`.
     10_000
 }
 fn default_page_bytes() -> u64 {

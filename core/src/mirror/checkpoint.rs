@@ -209,9 +209,10 @@ pub struct Scan {
     /// scan wrote is newer. `None` when unknown (a record from an older build).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub smax: Option<i64>,
-    /// How many keys the source range held at `base` (the R0 count). With the events the
-    /// watch delivered it gives the count at any later delivered revision, which an untrusted
-    /// source's quiet-range proof needs. `None` when unknown (a record from an older build).
+    /// How many mirrored keys (excluded prefixes not counted) the source held at `base`.
+    /// With the events the watch delivered it gives the count at any later delivered
+    /// revision, which an untrusted source's quiet-range proof needs. `None` when unknown
+    /// (a record from an older build).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_count: Option<i64>,
 }

@@ -13,6 +13,8 @@
 //! key order, which is all the density estimate needs; keys that agree on those 16 bytes
 //! map to one point, and the span then grows until the bound moves past them.
 
+use std::collections::BTreeMap;
+
 use super::keys::{before_end, Window};
 use crate::etcd::KeyValue;
 
@@ -23,6 +25,27 @@ const FIRST_SPAN: u128 = 1 << 40;
 const EMPTY_GROWTH: u128 = 16;
 /// How much a short page may widen the span at most.
 const SHORT_GROWTH: u128 = 2;
+
+/// Where a window's keys began when a pager last found them, and the span that fit there.
+///
+/// etcd offers no read that finds the next key without walking up to it, so a pager that
+/// knows nothing grows its span across the empty space before a window's first keys, and
+/// the read that reaches them spans far more than one page: it walks the whole first run
+/// of keys at once (every key of a window whose keys share a long prefix). A pager that
+/// holds a hint reads from the window's start to just past `gap_end` instead, walking the
+/// gap (empty when the hint was learned) and one page of keys. A stale hint costs at most
+/// the walk it was meant to save; it never changes what is read. See docs/design.md,
+/// "Bounded scans".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hint {
+    /// The point where the first read that found keys began.
+    gap_end: u128,
+    /// The span learned there.
+    span: u128,
+}
+
+/// Hints by window start, handed from one paged read to the next over the same windows.
+pub type Hints = BTreeMap<Vec<u8>, Hint>;
 
 /// The density state of one paged read (one per scan, sweep or pass side).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,6 +58,8 @@ pub struct Pager {
     /// Keys walked by etcd (the replies' `count`) and keys returned, for the walk ratio.
     pub walked: u64,
     pub returned: u64,
+    /// What earlier reads learned of where each window's keys begin (kept across windows).
+    hints: Hints,
 }
 
 /// What one page taught the pager.
@@ -49,6 +74,9 @@ pub enum Next {
 /// One reply to a page, as far as the pager needs it.
 #[derive(Debug, Clone, Copy)]
 pub struct PageReply<'a> {
+    /// The first key the page returned: where the window's keys begin, on its first page
+    /// that found any.
+    pub first: Option<&'a [u8]>,
     /// The last key the page returned (after any filtering of foreign keys).
     pub last: Option<&'a [u8]>,
     /// Keys the page returned.
@@ -67,6 +95,7 @@ impl PageReply<'_> {
     /// the page is read again, narrower.
     pub fn of(kvs: &[KeyValue], more: bool, count: i64, listed: bool, limit: u32) -> PageReply<'_> {
         PageReply {
+            first: kvs.first().map(|kv| kv.key.as_slice()),
             last: kvs.last().map(|kv| kv.key.as_slice()),
             returned: kvs.len(),
             more: more || (kvs.is_empty() && listed),
@@ -86,6 +115,57 @@ pub fn page_start(window: &Window, cursor: &[u8]) -> Vec<u8> {
 }
 
 impl Pager {
+    /// A pager that starts each window where `hints` say its keys begin.
+    pub fn with_hints(hints: Hints) -> Pager {
+        Pager {
+            hints,
+            ..Pager::default()
+        }
+    }
+
+    /// The hints this pager holds: those it was given, and those it learned.
+    pub fn hints(&self) -> &Hints {
+        &self.hints
+    }
+
+    /// The hint that shapes the read at point `from` of `window`: only a window's first
+    /// read that found nothing yet, and only before the gap's end.
+    fn hint_at(&self, window: &Window, from: u128) -> Option<Hint> {
+        if self.span != 0 || self.seen {
+            return None;
+        }
+        self.hints
+            .get(&window.start)
+            .copied()
+            .filter(|h| from < h.gap_end)
+    }
+
+    /// The span a reply is judged against, and whether a hint shaped the read.
+    fn span_for(&self, window: &Window, cursor: &[u8]) -> (u128, bool) {
+        let base = common_prefix(&window.start, &window.end);
+        match self.hint_at(window, point(base, cursor)) {
+            Some(h) => (h.span, true),
+            None if self.span == 0 => (FIRST_SPAN, false),
+            None => (self.span, false),
+        }
+    }
+
+    /// Records where keys began (`at`: the first key found, or where a count read that
+    /// found some began), after the first read of a window that found any.
+    fn learn(&mut self, window: &Window, at: &[u8], hinted: bool, was_seen: bool) {
+        if !self.seen || was_seen {
+            return;
+        }
+        let base = common_prefix(&window.start, &window.end);
+        let gap_end = match (hinted, self.hints.get(&window.start)) {
+            (true, Some(h)) => h.gap_end.min(point(base, at)),
+            _ => point(base, at),
+        };
+        let span = self.span.max(1);
+        self.hints
+            .insert(window.start.clone(), Hint { gap_end, span });
+    }
+
     /// The `[key, range_end)` of the page at `cursor` in `window`.
     pub fn page(&self, window: &Window, cursor: &[u8]) -> (Vec<u8>, Vec<u8>) {
         let key = page_start(window, cursor);
@@ -115,7 +195,11 @@ impl Pager {
         };
         let base = common_prefix(&window.start, &window.end);
         let from = point(base, cursor);
-        let Some(to) = from.checked_add(span) else {
+        let to = match self.hint_at(window, from) {
+            Some(h) => h.gap_end.checked_add(h.span),
+            None => from.checked_add(span),
+        };
+        let Some(to) = to else {
             return window.end.clone();
         };
         let bound = key_at(&window.start[..base], to);
@@ -139,11 +223,21 @@ impl Pager {
     ) -> Next {
         self.walked += u64::try_from(reply.count).unwrap_or(0);
         self.returned += reply.returned as u64;
-        let span = if self.span == 0 {
-            FIRST_SPAN
-        } else {
-            self.span
-        };
+        let (span, hinted) = self.span_for(window, cursor);
+        let was_seen = self.seen;
+        let next = self.advance_span(window, cursor, bound, span, reply);
+        self.learn(window, reply.first.unwrap_or(cursor), hinted, was_seen);
+        next
+    }
+
+    fn advance_span(
+        &mut self,
+        window: &Window,
+        cursor: &[u8],
+        bound: &[u8],
+        span: u128,
+        reply: PageReply<'_>,
+    ) -> Next {
         // Aim below the limit, so that most pages end at their bound (walk == return).
         let aim = u128::from(reply.limit.max(4)) * 3 / 4;
         self.seen |= reply.returned > 0;
@@ -156,7 +250,13 @@ impl Pager {
             return match reply.last {
                 Some(last) => {
                     let base = common_prefix(&window.start, &window.end);
-                    let used = point(base, last).saturating_sub(point(base, cursor)) + 1;
+                    // The keys' own spread, not the empty space before them, when the page
+                    // has enough of them to show one.
+                    let from = match reply.first {
+                        Some(first) if reply.returned >= 2 => first,
+                        _ => cursor,
+                    };
+                    let used = point(base, last).saturating_sub(point(base, from)) + 1;
                     let by_page = used.saturating_mul(aim) / (reply.returned.max(1) as u128);
                     self.span = by_count.min(by_page).max(1);
                     Next::From(next_key(last))
@@ -175,6 +275,41 @@ impl Pager {
             None => span.saturating_mul(if self.seen { 2 } else { EMPTY_GROWTH }),
             Some(ratio) => span.saturating_mul(ratio.clamp(1, SHORT_GROWTH)),
         };
+        if bound == window.end.as_slice() || !before_end(bound, &window.end) {
+            Next::Done
+        } else {
+            Next::From(bound.to_vec())
+        }
+    }
+}
+
+impl Pager {
+    /// Learns from a count-only read of `[cursor, bound)` that walked `count` keys, and
+    /// says where to go on. A count is exact however many keys the span held, so the read
+    /// never repeats: only the next span adapts, aiming at `limit` keys walked per read.
+    pub fn advance_count(
+        &mut self,
+        window: &Window,
+        cursor: &[u8],
+        bound: &[u8],
+        count: i64,
+        limit: u32,
+    ) -> Next {
+        let count = u64::try_from(count).unwrap_or(0);
+        self.walked += count;
+        let (span, hinted) = self.span_for(window, cursor);
+        let was_seen = self.seen;
+        let aim = u128::from(limit.max(4)) * 3 / 4;
+        self.seen |= count > 0;
+        let count = u128::from(count);
+        self.span = if count == 0 {
+            span.saturating_mul(if self.seen { 2 } else { EMPTY_GROWTH })
+        } else if count > aim {
+            (span.saturating_mul(aim) / count).max(1)
+        } else {
+            span.saturating_mul((aim / count).clamp(1, SHORT_GROWTH))
+        };
+        self.learn(window, cursor, hinted, was_seen);
         if bound == window.end.as_slice() || !before_end(bound, &window.end) {
             Next::Done
         } else {
@@ -233,9 +368,21 @@ mod tests {
     /// Pages through `keys` (sorted) inside `window` as etcd would answer, returning the
     /// keys read in order and what etcd walked in total.
     fn page_all(keys: &BTreeSet<Vec<u8>>, window: &Window, limit: u32) -> (Vec<Vec<u8>>, u64) {
-        let mut p = Pager::default();
+        let (read, p, _) = page_with(Pager::default(), keys, window, limit);
+        (read, p.walked)
+    }
+
+    /// As [`page_all`] with the pager `p` (which may hold hints); returns the keys read,
+    /// the pager, and the keys walked by the first read that found any.
+    fn page_with(
+        mut p: Pager,
+        keys: &BTreeSet<Vec<u8>>,
+        window: &Window,
+        limit: u32,
+    ) -> (Vec<Vec<u8>>, Pager, u64) {
         let mut cursor = window.start.clone();
         let mut out = Vec::new();
+        let mut most = 0u64; // the first hit's walk
         for _ in 0..1_000_000 {
             let bound = p.bound(window, &cursor);
             assert!(bound.as_slice() > cursor.as_slice() || bound == window.end);
@@ -248,7 +395,11 @@ mod tests {
                 .take(limit as usize)
                 .map(|k| k.to_vec())
                 .collect();
+            if most == 0 {
+                most = inside.len() as u64;
+            }
             let reply = PageReply {
+                first: page.first().map(Vec::as_slice),
                 last: page.last().map(Vec::as_slice),
                 returned: page.len(),
                 more: inside.len() > limit as usize,
@@ -257,7 +408,7 @@ mod tests {
             };
             out.extend(page.iter().cloned());
             match p.advance(window, &cursor, &bound, reply) {
-                Next::Done => return (out, p.walked),
+                Next::Done => return (out, p, most),
                 Next::From(c) => cursor = c,
             }
         }
@@ -286,7 +437,47 @@ mod tests {
         assert!(walked < 5 * 20_000, "walked {walked} keys for 20000");
     }
 
+    #[test]
+    fn a_window_read_again_starts_where_its_keys_began() {
+        // Every key shares `/bench/k`: the first read that reaches them, after growing its
+        // span across the empty space before them, walks all of them.
+        let keys: BTreeSet<Vec<u8>> = (0..20_000u32)
+            .map(|i| format!("/bench/k{i:010}").into_bytes())
+            .collect();
+        let w = window(b"/bench/");
+        let (_, first, hit) = page_with(Pager::default(), &keys, &w, 1000);
+        assert_eq!(hit, 20_000, "without a hint the first hit walks the run");
+        let (read, _, hit) = page_with(Pager::with_hints(first.hints().clone()), &keys, &w, 1000);
+        assert_eq!(read, keys.iter().cloned().collect::<Vec<_>>());
+        assert!(hit <= 1000, "with the hint the first read walked {hit}");
+    }
+
     proptest! {
+        /// Hints learned from other keys (a stale hint) change what each read walks, never
+        /// what is read.
+        #[test]
+        fn a_stale_hint_reads_every_key_once_in_order(
+            before in proptest::collection::btree_set(
+                proptest::collection::vec(any::<u8>(), 0..12), 1..100),
+            after in proptest::collection::btree_set(
+                proptest::collection::vec(any::<u8>(), 0..12), 0..200),
+            limit in 1u32..30,
+        ) {
+            let w = window(b"/p/");
+            let prefixed = |set: BTreeSet<Vec<u8>>| -> BTreeSet<Vec<u8>> {
+                set.into_iter().map(|mut k| {
+                    let mut key = b"/p/".to_vec();
+                    key.append(&mut k);
+                    key
+                }).collect()
+            };
+            let (_, learned, _) = page_with(Pager::default(), &prefixed(before), &w, limit);
+            let keys = prefixed(after);
+            let (read, p, _) = page_with(Pager::with_hints(learned.hints().clone()), &keys, &w, limit);
+            prop_assert_eq!(&read, &keys.iter().cloned().collect::<Vec<_>>());
+            prop_assert!(p.walked <= 8 * keys.len() as u64 + 64, "walked {} for {}", p.walked, keys.len());
+        }
+
         /// Every key is read exactly once and in order, whatever the distribution, and
         /// the walk stays linear.
         #[test]

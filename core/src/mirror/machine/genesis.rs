@@ -88,6 +88,8 @@ impl Mirror {
             probe_at: None,
             probe: None,
             leased: 0,
+            counts: BTreeMap::new(),
+            progress_counted: false,
         }
     }
 
@@ -106,14 +108,17 @@ impl Mirror {
         self.issue(Job::ReadR0(self.gen_seq), cmd);
     }
 
+    /// R0: one key's read, for the source's current revision alone. A count of the range
+    /// would walk every key under the source's index lock; the count at the base is read
+    /// in bounded spans after it (see `count`).
     pub(super) fn r0_cmd(&self) -> Command {
-        let (key, range_end) = self.keys.source_range();
+        let (key, _) = self.keys.source_range();
         Command::Range(RangeRequest {
             cluster: Cluster::Source,
             key,
-            range_end,
+            range_end: Vec::new(),
             revision: 0,
-            limit: 0,
+            limit: 1,
             count_only: true,
             keys_only: false,
             sort: SortBy::Key,
@@ -132,15 +137,18 @@ impl Mirror {
             return self.retry_later(now, Job::ReadR0(seq), cmd, false);
         }
         self.observe_source_rev(now, r.header_revision);
-        self.status.initial_sync_total_key_count = u64::try_from(r.count).unwrap_or(0);
+        self.status.initial_sync_total_key_count = 0;
         self.status.initial_sync_copied_key_count = 0;
         let Some(g) = &mut self.gen else { return };
         g.step = GenStep::Scanning;
+        // No count at the base: the scan's first page finds where the keys begin, and the
+        // progress count starts after it (see `count`). An untrusted source's probe counts
+        // the range itself when it needs to.
         let why = FenceWhy::StartGenesis {
             seq: g.seq,
             base: r.header_revision,
             prune: g.prune,
-            count: (r.count >= 0).then_some(r.count),
+            count: None,
         };
         self.work.push_back(Work::Fence(why));
     }
@@ -153,28 +161,14 @@ impl Mirror {
             .set_condition(now, C::InitialSyncComplete, false, "Scanning", "");
         let g = self.new_gen(GenStep::Scanning, prune);
         self.gen = Some(g);
+        if let Some(g) = &mut self.gen {
+            g.progress_counted = true;
+        }
         if !scan.scanned {
-            // Progress for a resumed scan: what is left from the durable cursor.
-            let (start, end) = self.keys.source_range();
-            let key = if scan.cursor > start {
-                scan.cursor.clone()
-            } else {
-                start
-            };
+            // Progress for a resumed scan: what is left from the durable cursor, in the
+            // snapshot the scan reads.
             self.status.initial_sync_copied_key_count = 0;
-            self.issue(
-                Job::CountRemaining,
-                Command::Range(RangeRequest {
-                    cluster: Cluster::Source,
-                    key,
-                    range_end: end,
-                    revision: 0,
-                    limit: 0,
-                    count_only: true,
-                    keys_only: false,
-                    sort: SortBy::Key,
-                }),
-            );
+            self.start_count(CountOf::Remaining, scan.base, &scan.cursor);
         }
         self.begin_scan(now);
     }
@@ -191,6 +185,8 @@ impl Mirror {
         let windows = self.keys.source_windows();
         if let Some(g) = &mut self.gen {
             g.step = GenStep::Scanning;
+            // Start each window where the count (or an earlier read) found its keys.
+            g.scan_pager = Pager::with_hints(self.density.clone());
             g.rmax = scan.base.max(scan.rmax);
             g.smax = scan.smax;
             // The watch replays from base + 1, so the count it maintains starts at base.
@@ -303,6 +299,7 @@ impl Mirror {
             pager::Next::From(c) => (c, false),
             pager::Next::Done => {
                 g.window += 1;
+                self.density.extend(g.scan_pager.hints().clone());
                 g.scan_pager.reset();
                 match windows.get(g.window) {
                     Some(w) => (w.start.clone(), false),
@@ -326,6 +323,16 @@ impl Mirror {
         let Some(g) = &mut self.gen else { return };
         g.read_cursor = cursor_after.clone();
         g.read_done = scanned;
+        if !g.progress_counted && (scanned || !g.scan_pager.hints().is_empty()) {
+            // The page found where the keys begin: count them for progress, from there.
+            g.progress_counted = true;
+            self.density.extend(g.scan_pager.hints().clone());
+            if let Some(base) = self.fence.record.as_ref().and_then(|r| r.scan.as_ref()) {
+                let base = base.base;
+                self.start_count(CountOf::Remaining, base, &[]);
+            }
+        }
+        let Some(g) = &mut self.gen else { return };
         if chunks.is_empty() {
             if !scanned {
                 // Nothing to write: the durable cursor moves with the next page that has
@@ -484,18 +491,10 @@ impl Mirror {
             return;
         };
         let d = self.tail.delivered;
-        if g.live.is_none()
-            && !self
-                .cmds
-                .inflight
-                .values()
-                .any(|j| matches!(j, Job::CountLive { .. }))
-        {
+        if g.live.is_none() && !g.counts.contains_key(&CountOf::Live) {
             // A genesis whose record has no count at its base (a resync the claim declared)
             // never knows how many keys are live: count them at what was delivered.
-            let job = Job::CountLive { seq: g.seq, rev: d };
-            let cmd = self.count_cmd(d);
-            self.issue(job, cmd);
+            self.start_count(CountOf::Live, d, &[]);
         }
         let Some(g) = &mut self.gen else { return };
         if max_mod <= d
@@ -510,30 +509,6 @@ impl Mirror {
             self.replay_proven(now, self.tail.delivered);
         } else {
             g.probe_at = Some(now + UNTRUSTED_PROBE_EVERY);
-        }
-    }
-
-    /// A count of the source range pinned at `rev` (keys only, no values).
-    pub(super) fn count_cmd(&self, rev: i64) -> Command {
-        let (key, range_end) = self.keys.source_range();
-        Command::Range(RangeRequest {
-            cluster: Cluster::Source,
-            key,
-            range_end,
-            revision: rev,
-            limit: 0,
-            count_only: true,
-            keys_only: false,
-            sort: SortBy::Key,
-        })
-    }
-
-    /// The range's key count at `rev` answered: it is the live count if nothing was
-    /// delivered since (the watch keeps it from there); otherwise the next probe asks again.
-    pub(super) fn on_count_live(&mut self, rev: i64, r: RangeReply) {
-        let delivered = self.tail.delivered;
-        if let Some(g) = self.gen.as_mut().filter(|_| delivered == rev) {
-            g.live = Some(r.count);
         }
     }
 

@@ -19,13 +19,10 @@ impl Mirror {
 
     pub(super) fn on_done(&mut self, now: Instant, job: Job, result: Result<Reply, Failure>) {
         match (job, result) {
-            (Job::Fire, _) | (Job::CountRemaining, Err(_)) => {}
+            (Job::Fire, _) => {}
             (Job::WatchOpen(id), Ok(_)) => self.on_watch_established(now, id),
             (Job::ProveHistory { round, pinned }, result) => {
                 self.on_proof(now, round, pinned, result)
-            }
-            (Job::CountRemaining, Ok(Reply::Range(r))) => {
-                self.status.initial_sync_total_key_count = u64::try_from(r.count).unwrap_or(0);
             }
             (Job::WatchOpen(_), Err(f)) => self.on_watch(now, WatchEvent::Failed { failure: f }),
             (Job::ProbeSource, Ok(Reply::Status(s))) => {
@@ -38,11 +35,22 @@ impl Mirror {
             }
             (Job::ReadFence, Ok(Reply::Range(r))) => self.on_fence_read(now, r),
             (Job::CheckEmpty, Ok(Reply::Range(r))) => self.on_check_empty(now, r),
-            (Job::CountLive { seq, .. }, _) if self.gen.as_ref().is_none_or(|g| g.seq != seq) => {}
-            (Job::CountLive { rev, .. }, Ok(Reply::Range(r))) => self.on_count_live(rev, r),
-            (Job::CountLive { .. }, Err(Failure::Compacted { .. })) => {
-                // The count cannot be had at the delivered revision any more: copy afresh.
-                self.restart_genesis(now, "the revision to count the range at was compacted");
+            (Job::Count { seq, .. }, _) if self.gen.as_ref().is_none_or(|g| g.seq != seq) => {}
+            (Job::Count { of, .. }, Ok(Reply::Range(r))) => self.on_count_reply(of, r),
+            (Job::Count { of, .. }, Err(Failure::Compacted { .. })) => {
+                self.on_count_compacted(now, of)
+            }
+            // Progress only: not worth a retry.
+            (
+                Job::Count {
+                    of: CountOf::Remaining,
+                    ..
+                },
+                Err(_),
+            ) => {
+                if let Some(g) = self.gen.as_mut() {
+                    g.counts.remove(&CountOf::Remaining);
+                }
             }
             (
                 Job::ReadR0(seq)
@@ -184,12 +192,8 @@ impl Mirror {
                 }
                 self.proof_cmd(*pinned)
             }
-            Job::CountLive { rev, .. } => self.count_cmd(*rev),
-            Job::Commit(_)
-            | Job::Page { .. }
-            | Job::WatchOpen(_)
-            | Job::Fire
-            | Job::CountRemaining => return None,
+            Job::Count { of, .. } => self.count_cmd_of(*of)?,
+            Job::Commit(_) | Job::Page { .. } | Job::WatchOpen(_) | Job::Fire => return None,
         })
     }
 }

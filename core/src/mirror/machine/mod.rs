@@ -15,6 +15,7 @@
 
 mod commit;
 mod connect;
+mod count;
 mod drain;
 mod drain_watch;
 mod genesis;
@@ -48,6 +49,7 @@ use crate::mirror::version::Version;
 use crate::rng::Rng;
 use crate::time::Instant;
 use connect::{Fence, Peers};
+use count::{CountOf, KeyCount};
 use drain::Draining;
 use drain_watch::DrainWatch;
 pub use drain_watch::{DRAIN_PROGRESSING, DRAIN_STALL_AFTER};
@@ -122,13 +124,10 @@ enum Job {
     DrainTarget,
     /// The fence read again before a drain verdict stops the agent (see `drain.rs`).
     ConfirmVerdict,
-    /// Informational: keys left for a resumed scan (progress estimate only).
-    CountRemaining,
-    /// The source range's key count at revision `rev`, for a genesis (attempt `seq`) whose
-    /// count at its base is unknown (the untrusted quiet-range probe needs it).
-    CountLive {
+    /// A read of a bounded key count of genesis attempt `seq` (see `count`).
+    Count {
         seq: u64,
-        rev: i64,
+        of: CountOf,
     },
     Fire,
 }
@@ -147,8 +146,7 @@ impl Job {
                 | Job::WatchGuard { .. }
                 | Job::WatchRecheck { .. }
                 | Job::ProveHistory { .. }
-                | Job::CountRemaining
-                | Job::CountLive { .. }
+                | Job::Count { .. }
         )
     }
 }
@@ -282,6 +280,10 @@ struct Genesis {
     /// The untrusted-progress probe in progress.
     probe: Option<ModScan>,
     leased: u64,
+    /// Key counts in progress, at most one of each kind.
+    counts: BTreeMap<CountOf, KeyCount>,
+    /// Whether the progress count was started (after the first page that found keys).
+    progress_counted: bool,
 }
 
 /// Which flow the machine is in.
@@ -315,6 +317,10 @@ pub struct Mirror {
     status: Status,
     /// Where the agent is in its life, and what the operator asked of it (see `plumbing.rs`).
     life: Lifecycle,
+    /// Where each source window's keys begin, as the last paged read found them: a new
+    /// paged read starts there instead of walking the first run of keys at once (see
+    /// `pager::Hint`).
+    density: pager::Hints,
 
     /// Commands in flight and outputs to poll (see `plumbing.rs`).
     cmds: Commands,
@@ -371,6 +377,7 @@ impl Mirror {
             link,
             status,
             life: Lifecycle::default(),
+            density: Default::default(),
             cmds: Commands::new(),
             gen_seq: 0,
             peers: Peers::default(),

@@ -44,6 +44,16 @@ pub(super) struct PassSide {
     reading: bool,
 }
 
+impl PassSide {
+    /// A side whose pages start each window where `hints` say its keys begin.
+    fn with_hints(hints: pager::Hints) -> PassSide {
+        PassSide {
+            pager: Pager::with_hints(hints),
+            ..PassSide::default()
+        }
+    }
+}
+
 /// A pass in progress.
 #[derive(Debug, Clone)]
 pub(super) struct Pass {
@@ -117,7 +127,7 @@ impl Mirror {
             at,
             pinned: at > 0,
             window: 0,
-            src: PassSide::default(),
+            src: PassSide::with_hints(self.density.clone()),
             tgt: PassSide::default(),
             counts: Counts::default(),
             repairs: Vec::new(),
@@ -246,7 +256,9 @@ impl Mirror {
             if p.src.buf.is_empty() && p.tgt.buf.is_empty() {
                 // Both sides of this window are exhausted.
                 p.window += 1;
-                p.src = PassSide::default();
+                // What this window taught the source side serves the next pass too.
+                self.density.extend(p.src.pager.hints().clone());
+                p.src = PassSide::with_hints(self.density.clone());
                 p.tgt = PassSide::default();
                 if p.window >= self.keys.source_windows().len() {
                     p.merged = true;

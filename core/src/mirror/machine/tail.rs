@@ -228,9 +228,11 @@ impl Mirror {
                     self.history.genesis_delivered(&seen);
                 }
                 if let Some(n) = self.gen.as_mut().and_then(|g| g.live.as_mut()) {
-                    // Keys in the source range at `delivered`, for the untrusted probe. Every
-                    // event here is past the old `delivered` (checked above).
-                    *n += key_count_change(events.iter());
+                    // Keys in scope at `delivered`, for the untrusted probe (which counts the
+                    // windows, as the base count did). Every event here is past the old
+                    // `delivered` (checked above).
+                    let keys = &self.keys;
+                    *n += key_count_change(events.iter().filter(|e| keys.in_scope(&e.kv.key)));
                 }
                 let holding = self.gen.as_ref().is_some_and(|g| {
                     matches!(
