@@ -241,7 +241,11 @@ impl Pager {
         // Aim below the limit, so that most pages end at their bound (walk == return).
         let aim = u128::from(reply.limit.max(4)) * 3 / 4;
         self.seen |= reply.returned > 0;
-        if reply.more {
+        // Only foreign keys listed, and the server counts none in the span: nothing to
+        // read again there (a server that lists keys it was not asked for on every page
+        // would otherwise hold the read at one page forever).
+        let foreign_only = reply.last.is_none() && reply.count <= 0;
+        if reply.more && !foreign_only {
             // The bound held more keys than the limit. Keys cluster (a common prefix, then
             // digits), so the density of the whole requested span says little; the keys
             // the page returned say how far `aim` keys reach from here.

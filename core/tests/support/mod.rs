@@ -52,11 +52,11 @@ pub struct Harness {
     /// set. See [`Harness::serve_pass`].
     pub pass_fixture: Option<PassFixture>,
     ranges: std::collections::BTreeMap<CommandId, RangeRequest>,
-    /// Answer the bounded count reads that follow R0 (and every other count) as a source
-    /// holding the keys the script's R0 reply counted, all in the first span. Tests of the
-    /// counts themselves turn this off.
+    /// Answer every bounded count read as a source holding the keys the script's R0 reply
+    /// counted, all in the span at the window's start. Tests of the counts themselves turn
+    /// this off.
     pub auto_count: bool,
-    /// Keys the script's last R0 reply counted, not yet handed to a count read.
+    /// Keys the script's last R0 reply counted.
     pending_count: Option<i64>,
 }
 
@@ -187,7 +187,12 @@ impl Harness {
                     let Command::Range(r) = &cmd else {
                         unreachable!()
                     };
-                    let count = self.pending_count.take().unwrap_or(0);
+                    // The whole count in a count's first span (at the window's start).
+                    let count = if r.key == b"/app/" {
+                        self.pending_count.unwrap_or(0)
+                    } else {
+                        0
+                    };
                     self.done(
                         id,
                         Ok(Reply::Range(RangeReply {

@@ -54,6 +54,9 @@ impl Mirror {
         self.status.phase = Phase::Syncing;
         self.status
             .set_condition(now, C::InitialSyncComplete, true, "Synced", "");
+        // A genesis this process began but never recorded (its start lost to another
+        // writer, whose record says the copy is done) would otherwise hold every event.
+        self.gen = None;
         let w = self.fence.record.as_ref().map_or(0, |r| r.watermark);
         // A split revision in progress is re-delivered from its start; `feed_events`
         // skips the ops already applied.
