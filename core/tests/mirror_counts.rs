@@ -28,27 +28,11 @@ fn at_r0(limit: u32) -> Harness {
     c.sync.page_key_limit = limit;
     let mut h = Harness::new(c, 3);
     h.auto_count = false;
-    let cmds = h.drain();
-    h.done(cmds[0].0, Ok(status("3.5.16", 1, 100)));
-    h.done(cmds[1].0, Ok(status("3.5.16", 2, 5)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(range(5, vec![], false)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(range(5, vec![], false)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(txn_ok(10)));
+    claim_on_empty_target(&mut h, "3.5.16");
     let (id, cmd) = one(h.drain());
     assert!(is_r0(&cmd), "{cmd:?}");
-    // The reply's count is of one key: the core takes only the revision from it.
-    h.done(
-        id,
-        Ok(Reply::Range(RangeReply {
-            header_revision: 100,
-            kvs: vec![],
-            more: false,
-            count: 1,
-        })),
-    );
+    // The core takes only the revision from it.
+    h.done(id, Ok(range(100, vec![], false)));
     h
 }
 

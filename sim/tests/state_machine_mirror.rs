@@ -643,7 +643,9 @@ fn delete_at_compact_revision_is_not_lost() {
 #[test]
 fn sweep_delete_is_retried_after_a_transient_failure() {
     let mut h = Harness::new(3, true);
-    let sweep_at = |h: &Harness| h.inflight.iter().position(|(_, c)| matches!(c, Command::Txn(t) if t.success.iter().any(|op| matches!(op, TxnOp::Delete { .. }))));
+    let sweep_at = |h: &Harness| {
+        h.inflight.iter().position(|(_, c)| matches!(c, Command::Txn(t) if t.success.iter().any(|op| matches!(op, TxnOp::Delete { .. }))))
+    };
     // Step to the sweep (a bounded number of commands: claim, reads, proofs, and the
     // scan's bounded pages, many of them empty spans). The progress count's reads may be
     // in flight beside it: the sweep goes first, so that it is the command that fails.

@@ -529,8 +529,9 @@ pub fn cold_start(h: &mut Harness, version: &str) -> u64 {
     w
 }
 
-/// Like [`cold_start`], returning whatever the core emits right after the initial sync.
-pub fn cold_start_then(h: &mut Harness, version: &str) -> (u64, Vec<(CommandId, Command)>) {
+/// Drives a cold start on an empty target through the claim (target revision 10), up to
+/// the genesis's R0 read.
+pub fn claim_on_empty_target(h: &mut Harness, version: &str) {
     let cmds = h.drain();
     assert_eq!(cmds.len(), 2);
     assert_eq!(
@@ -577,9 +578,14 @@ pub fn cold_start_then(h: &mut Harness, version: &str) -> (u64, Vec<(CommandId, 
     assert_eq!((rec.epoch, rec.watermark, rec.role), (1, 0, Role::Mirror));
     assert!(data_ops(&cmd).is_empty());
     h.done(id, Ok(txn_ok(10)));
+}
 
-    // R0: a one-key, count-only read, for the source's current revision; the key count at
-    // it is read next in bounded spans (answered by `auto_count`).
+/// Like [`cold_start`], returning whatever the core emits right after the initial sync.
+pub fn cold_start_then(h: &mut Harness, version: &str) -> (u64, Vec<(CommandId, Command)>) {
+    claim_on_empty_target(h, version);
+
+    // R0: a one-key, count-only read, for the source's current revision alone (a genesis
+    // records no count at its base).
     let (id, cmd) = one(h.drain());
     assert!(is_r0(&cmd), "{cmd:?}");
     h.done(

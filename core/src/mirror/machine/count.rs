@@ -9,6 +9,7 @@
 //! revision, so the sum is the count of one snapshot, and only the windows the mirror
 //! copies are counted (excluded prefixes are not in scope).
 
+use super::walk::Walk;
 use super::*;
 use crate::mirror::keys::Window;
 use crate::mirror::pager::Hints;
@@ -25,12 +26,9 @@ pub(super) enum CountOf {
 /// One count in progress.
 #[derive(Debug, Clone)]
 pub(super) struct KeyCount {
-    windows: Vec<Window>,
+    walk: Walk,
     /// The revision every read is pinned at.
     pub(super) rev: i64,
-    window: usize,
-    cursor: Vec<u8>,
-    pager: Pager,
     /// Keys counted so far.
     pub(super) total: i64,
 }
@@ -38,24 +36,16 @@ pub(super) struct KeyCount {
 impl KeyCount {
     /// A count of `windows` at `rev`, from `from` on (keys before it are not counted).
     pub(super) fn new(windows: Vec<Window>, rev: i64, from: &[u8], hints: Hints) -> KeyCount {
-        let window = windows
-            .iter()
-            .position(|w| before_end(from, &w.end))
-            .unwrap_or(windows.len());
         KeyCount {
-            windows,
+            walk: Walk::new(windows, from, hints),
             rev,
-            window,
-            cursor: from.to_vec(),
-            pager: Pager::with_hints(hints),
             total: 0,
         }
     }
 
     /// The next read, or `None` once every window is counted.
     pub(super) fn cmd(&self) -> Option<Command> {
-        let w = self.windows.get(self.window)?;
-        let (key, range_end) = self.pager.page(w, &self.cursor);
+        let (_, key, range_end) = self.walk.page()?;
         Some(Command::Range(RangeRequest {
             cluster: Cluster::Source,
             key,
@@ -71,29 +61,25 @@ impl KeyCount {
     /// Takes the reply to [`KeyCount::cmd`]; true once every window is counted. `limit`
     /// is the keys one read should walk.
     pub(super) fn on_reply(&mut self, r: &RangeReply, limit: u32) -> bool {
-        let Some(w) = self.windows.get(self.window) else {
+        let Some((w, from, bound)) = self.walk.page().map(|(w, f, b)| (w.clone(), f, b)) else {
             return true;
         };
-        let (from, bound) = self.pager.page(w, &self.cursor);
         self.total += r.count.max(0);
-        match self.pager.advance_count(w, &from, &bound, r.count, limit) {
-            pager::Next::From(c) => self.cursor = c,
-            pager::Next::Done => {
-                self.window += 1;
-                self.pager.reset();
-            }
-        }
-        self.window >= self.windows.len()
+        let next = self
+            .walk
+            .pager
+            .advance_count(&w, &from, &bound, r.count, limit);
+        self.walk.step(next)
     }
 
     /// What the count learned of where the windows' keys begin.
     pub(super) fn hints(&self) -> &Hints {
-        self.pager.hints()
+        self.walk.pager.hints()
     }
 
     /// Keys the server walked for this count so far.
     pub(super) fn walked(&self) -> u64 {
-        self.pager.walked
+        self.walk.pager.walked
     }
 }
 

@@ -8,18 +8,16 @@
 //! and pinning them at the first page's revision makes them one snapshot. See
 //! docs/design.md, "Bounded scans".
 
+use super::walk::Walk;
 use super::*;
 use crate::mirror::keys::Window;
 
 /// One snapshot scan in progress.
 #[derive(Debug, Clone)]
 pub(super) struct ModScan {
-    windows: Vec<Window>,
+    walk: Walk,
     /// The revision every page after the first is pinned at (0 until the first answers).
     pub(super) at: i64,
-    window: usize,
-    cursor: Vec<u8>,
-    pager: Pager,
     /// The newest mod revision and the number of keys seen so far.
     pub(super) max_mod: i64,
     pub(super) count: i64,
@@ -28,11 +26,8 @@ pub(super) struct ModScan {
 impl ModScan {
     pub(super) fn new(windows: Vec<Window>) -> ModScan {
         ModScan {
-            windows,
+            walk: Walk::new(windows, &[], Default::default()),
             at: 0,
-            window: 0,
-            cursor: Vec::new(),
-            pager: Pager::default(),
             max_mod: 0,
             count: 0,
         }
@@ -40,13 +35,15 @@ impl ModScan {
 
     /// Starts over, for a snapshot compacted away under the scan.
     pub(super) fn restart(&mut self) {
-        *self = ModScan::new(std::mem::take(&mut self.windows));
+        self.walk.restart();
+        self.at = 0;
+        self.max_mod = 0;
+        self.count = 0;
     }
 
     /// The next page read, or `None` once every window is read.
     pub(super) fn cmd(&self, limit: u32) -> Option<Command> {
-        let w = self.windows.get(self.window)?;
-        let (key, range_end) = self.pager.page(w, &self.cursor);
+        let (_, key, range_end) = self.walk.page()?;
         Some(Command::Range(RangeRequest {
             cluster: Cluster::Source,
             key,
@@ -61,14 +58,13 @@ impl ModScan {
 
     /// Takes one page; true once every window is read.
     pub(super) fn on_page(&mut self, mut r: RangeReply, limit: u32) -> bool {
-        let Some(w) = self.windows.get(self.window).cloned() else {
+        let Some((w, from, bound)) = self.walk.page().map(|(w, f, b)| (w.clone(), f, b)) else {
             return true;
         };
         if self.at == 0 {
             self.at = r.header_revision;
         }
         let listed = super::genesis::keep_inside(&mut r.kvs, Some(&w));
-        let (from, bound) = self.pager.page(&w, &self.cursor);
         // Keys at or past the bound belong to the next page (a server that ignored it).
         r.kvs.retain(|kv| before_end(&kv.key, &bound));
         for kv in &r.kvs {
@@ -76,14 +72,7 @@ impl ModScan {
         }
         self.count += r.kvs.len() as i64;
         let reply = PageReply::of(&r.kvs, r.more, r.count, listed, limit);
-        match self.pager.advance(&w, &from, &bound, reply) {
-            pager::Next::From(c) => self.cursor = c,
-            pager::Next::Done => {
-                self.window += 1;
-                self.cursor = Vec::new();
-                self.pager.reset();
-            }
-        }
-        self.window >= self.windows.len()
+        let next = self.walk.pager.advance(&w, &from, &bound, reply);
+        self.walk.step(next)
     }
 }

@@ -1,0 +1,62 @@
+//! Where a paged read over a list of windows is: the window, the cursor in it, and the
+//! pager that bounds each read (shared by the snapshot scan in `modscan` and the key
+//! counts in `count`).
+
+use crate::mirror::keys::{before_end, Window};
+use crate::mirror::pager::{Hints, Next, Pager};
+
+#[derive(Debug, Clone)]
+pub(super) struct Walk {
+    windows: Vec<Window>,
+    window: usize,
+    /// The next key to read in the current window; empty = the window's start.
+    cursor: Vec<u8>,
+    pub(super) pager: Pager,
+}
+
+impl Walk {
+    /// A walk of `windows` from `from` on (keys before it are skipped), its pages shaped by
+    /// `hints`.
+    pub(super) fn new(windows: Vec<Window>, from: &[u8], hints: Hints) -> Walk {
+        let window = windows
+            .iter()
+            .position(|w| before_end(from, &w.end))
+            .unwrap_or(windows.len());
+        Walk {
+            windows,
+            window,
+            cursor: from.to_vec(),
+            pager: Pager::with_hints(hints),
+        }
+    }
+
+    /// The same windows from the start, with what the pager learned forgotten.
+    pub(super) fn restart(&mut self) {
+        *self = Walk::new(std::mem::take(&mut self.windows), &[], Hints::new());
+    }
+
+    /// The window being read and the `[from, bound)` of its next page; `None` once every
+    /// window is read.
+    pub(super) fn page(&self) -> Option<(&Window, Vec<u8>, Vec<u8>)> {
+        let w = self.windows.get(self.window)?;
+        let (from, bound) = self.pager.page(w, &self.cursor);
+        Some((w, from, bound))
+    }
+
+    /// Moves on as the pager said; true once every window is read.
+    pub(super) fn step(&mut self, next: Next) -> bool {
+        match next {
+            Next::From(c) => self.cursor = c,
+            Next::Done => {
+                self.window += 1;
+                self.cursor = Vec::new();
+                self.pager.reset();
+            }
+        }
+        self.done()
+    }
+
+    pub(super) fn done(&self) -> bool {
+        self.window >= self.windows.len()
+    }
+}
