@@ -25,5 +25,5 @@ pub mod model {
     pub use tidemark_model::etcd::{self, store, EtcdCluster, Mutation, Store, WatchOut};
 }
 
-pub use runner::{run, RunResult, SavedRun};
+pub use runner::{run, Outcome, RunResult, SavedRun};
 pub use schedule::{FaultyMode, ReplicatorKind, Schedule};

@@ -5,6 +5,7 @@ use crate::invariants::Violation;
 use crate::schedule::{ReplicatorKind, Schedule};
 use crate::world::{End, World};
 use serde::{Deserialize, Serialize};
+use tidemark_core::mirror::FailKind;
 
 /// What one run produced.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -12,6 +13,8 @@ pub struct RunResult {
     pub seed: u64,
     /// None when the run passed.
     pub violation: Option<Violation>,
+    /// How it ended, for tests and tallies.
+    pub outcome: Outcome,
     /// How it ended, human-readable.
     pub end: String,
     pub events: u64,
@@ -25,6 +28,17 @@ impl RunResult {
     pub fn passed(&self) -> bool {
         self.violation.is_none()
     }
+}
+
+/// How a run ended, so that tests and batch tallies tell ends apart by kind, never by the
+/// text of `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Converged,
+    Drained,
+    /// Every agent stopped with the failure the scenario expects.
+    Stopped(FailKind),
+    Violation,
 }
 
 /// A failing run saved to a file: the schedule to replay and what it broke.
@@ -46,14 +60,23 @@ pub fn run_verbose(schedule: &Schedule, trace: bool, verbose: bool) -> RunResult
     let mut w = World::new(schedule, trace);
     w.verbose = verbose;
     let end = w.run();
-    let (violation, end) = match end {
-        End::Violation(v) => (Some(v), "violation".to_string()),
-        End::Converged { at_ns } => (None, format!("converged at {} ms", at_ns / 1_000_000)),
+    let (violation, outcome, end) = match end {
+        End::Violation(v) => (Some(v), Outcome::Violation, "violation".to_string()),
+        End::Converged { at_ns } => (
+            None,
+            Outcome::Converged,
+            format!("converged at {} ms", at_ns / 1_000_000),
+        ),
         End::Drained { at_ns, revision } => (
             None,
+            Outcome::Drained,
             format!("drained at revision {revision}, {} ms", at_ns / 1_000_000),
         ),
-        End::ExpectedStop { reason } => (None, format!("expected stop: {reason}")),
+        End::ExpectedStop { kind, reason } => (
+            None,
+            Outcome::Stopped(kind),
+            format!("expected stop: {}: {reason}", kind.name()),
+        ),
     };
     let mut coverage = w.coverage.clone();
     coverage.add("checker.deep_checks", w.checker.deep_checks);
@@ -62,6 +85,7 @@ pub fn run_verbose(schedule: &Schedule, trace: bool, verbose: bool) -> RunResult
     RunResult {
         seed: schedule.options.seed,
         violation,
+        outcome,
         end,
         events: w.events,
         sim_ns: w.now_ns(),

@@ -108,6 +108,7 @@ pub enum End {
     },
     /// Every agent stopped for a reason the scenario expects (e.g. RequireEmpty refusal).
     ExpectedStop {
+        kind: tidemark_core::mirror::FailKind,
         reason: String,
     },
     Violation(Violation),

@@ -1,7 +1,8 @@
 //! Drift behind the mirror's back, reconciliation and drain, in hand-made schedules: the
 //! runs end the way the scenario demands and the checks actually looked at something.
 
-use tidemark_sim::runner::run;
+use tidemark_core::mirror::FailKind;
+use tidemark_sim::runner::{run, Outcome};
 use tidemark_sim::schedule::{Fault, ReconcileOptions, TimedFault};
 use tidemark_sim::{ReplicatorKind, Schedule};
 
@@ -33,7 +34,7 @@ fn drift_is_reported_and_repaired() {
         let s = calm(5, delete_orphans);
         let r = run(&s, false);
         assert!(r.passed(), "{:?}", r.violation);
-        assert!(r.end.starts_with("converged"), "{}", r.end);
+        assert_eq!(r.outcome, Outcome::Converged, "{}", r.end);
         let c = &r.coverage;
         assert_eq!(c.get("drift.injected"), 3, "{c:?}");
         assert!(c.get("reconcile.drift.orphan") > 0, "{c:?}");
@@ -50,7 +51,7 @@ fn drain_cuts_over_after_repairing_drift() {
     });
     let r = run(&s, false);
     assert!(r.passed(), "{:?}", r.violation);
-    assert!(r.end.starts_with("drained"), "{}", r.end);
+    assert_eq!(r.outcome, Outcome::Drained, "{}", r.end);
     assert!(r.coverage.get("drain.flipped_primary") == 1);
 }
 
@@ -63,7 +64,12 @@ fn drain_refuses_orphans_without_delete_orphans() {
     });
     let r = run(&s, false);
     assert!(r.passed(), "{:?}", r.violation);
-    assert!(r.end.contains("orphans"), "{}", r.end);
+    assert_eq!(
+        r.outcome,
+        Outcome::Stopped(FailKind::DrainOrphans),
+        "{}",
+        r.end
+    );
     assert_eq!(r.coverage.get("drain.flipped_primary"), 0);
 }
 
@@ -76,5 +82,10 @@ fn a_sibling_fence_stops_the_link_with_prefix_conflict() {
     });
     let r = run(&s, false);
     assert!(r.passed(), "{:?}", r.violation);
-    assert!(r.end.contains("PrefixConflict"), "{}", r.end);
+    assert_eq!(
+        r.outcome,
+        Outcome::Stopped(FailKind::PrefixConflict),
+        "{}",
+        r.end
+    );
 }

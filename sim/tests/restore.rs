@@ -5,7 +5,7 @@
 //! catches the false promise.
 
 use tidemark_core::config::InitialSyncMode;
-use tidemark_sim::runner::{run, RunResult};
+use tidemark_sim::runner::{run, Outcome, RunResult};
 use tidemark_sim::schedule::{Fault, TimedFault};
 use tidemark_sim::{FaultyMode, ReplicatorKind, Schedule};
 
@@ -66,7 +66,7 @@ fn honest_core_refuses_the_new_history_then_converges_after_abandoning() {
             describe(&r)
         );
         assert!(c.get("restore.abandon_restart") >= 1, "{}", describe(&r));
-        assert!(r.end.starts_with("converged"), "{}", describe(&r));
+        assert_eq!(r.outcome, Outcome::Converged, "{}", describe(&r));
         assert_eq!(c.get("restore.converged_after_abandon"), 1);
     }
 }
@@ -99,6 +99,6 @@ fn the_stale_proof_is_harmless_without_a_restore() {
     s.options.faulty = Some(FaultyMode::StaleHistoryProof);
     let r = run(&s, false);
     assert!(r.passed(), "{}", describe(&r));
-    assert!(r.end.starts_with("converged"), "{}", describe(&r));
+    assert_eq!(r.outcome, Outcome::Converged, "{}", describe(&r));
     assert_eq!(r.coverage.get("faulty.stale_history_proof"), 0);
 }

@@ -5,7 +5,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::time::Instant as WallClock;
 use tidemark_sim::coverage::{Coverage, FaultCoverage};
-use tidemark_sim::runner::{determinism_check, run, run_verbose, shrink, RunResult, SavedRun};
+use tidemark_sim::runner::{
+    determinism_check, run, run_verbose, shrink, Outcome, RunResult, SavedRun,
+};
 use tidemark_sim::schedule::Fault;
 use tidemark_sim::{FaultyMode, ReplicatorKind, Schedule};
 
@@ -378,12 +380,11 @@ impl Batch {
         self.events += r.events;
         self.sim_ns += r.sim_ns;
         self.coverage.merge(&r.coverage);
-        let end = if r.end.starts_with("converged") {
-            "converged".to_string()
-        } else if r.end.starts_with("drained") {
-            "drained".to_string()
-        } else {
-            r.end.clone()
+        let end = match r.outcome {
+            Outcome::Converged => "converged".to_string(),
+            Outcome::Drained => "drained".to_string(),
+            Outcome::Stopped(kind) => format!("expected stop: {}", kind.name()),
+            Outcome::Violation => "violation".to_string(),
         };
         *self.ends.entry(end).or_default() += 1;
         if let Some(v) = &r.violation {

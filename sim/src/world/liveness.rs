@@ -37,9 +37,8 @@ impl World {
             .iter()
             .any(|a| a.alive() || a.restart_at.is_some());
         if !running {
-            if self.expected_stop().is_some() {
-                let reason = self.expected_stop().unwrap_or_default();
-                self.end = Some(End::ExpectedStop { reason });
+            if let Some((kind, reason)) = self.expected_stop() {
+                self.end = Some(End::ExpectedStop { kind, reason });
                 return;
             }
             self.coverage.mark("supervisor.restart_in_quiet");
@@ -50,7 +49,7 @@ impl World {
     }
 
     /// When the scenario makes a permanent stop the right answer.
-    fn expected_stop(&self) -> Option<String> {
+    fn expected_stop(&self) -> Option<(FailKind, String)> {
         let all_stopped = self
             .agents
             .iter()
@@ -69,7 +68,10 @@ impl World {
             && self.opts.junk_keys > 0
             && self.opts.initial_mode == InitialSyncMode::RequireEmpty
         {
-            return Some("RequireEmpty refused a non-empty target".into());
+            return Some((
+                FailKind::EmptyTargetViolation,
+                "RequireEmpty refused a non-empty target".into(),
+            ));
         }
         let stopped_with = |kind: FailKind| {
             self.agents.iter().any(
@@ -77,7 +79,10 @@ impl World {
             )
         };
         if all_stopped && stopped_with(FailKind::PrefixConflict) && self.sibling_present() {
-            return Some("PrefixConflict: another link's fence in the target range".into());
+            return Some((
+                FailKind::PrefixConflict,
+                "another link's fence in the target range".into(),
+            ));
         }
         let refused_orphans = self.agents.iter().any(|a| {
             matches!(
@@ -89,10 +94,15 @@ impl World {
             )
         });
         if all_stopped && refused_orphans && self.live_orphans() {
-            return Some("drain refused: orphans and no deleteOrphans".into());
+            return Some((
+                FailKind::DrainOrphans,
+                "drain refused: orphans and no deleteOrphans".into(),
+            ));
         }
         if all_stopped {
-            return self.history_expected_stop();
+            return self
+                .history_expected_stop()
+                .map(|r| (FailKind::SourceHistoryMismatch, r));
         }
         None
     }
@@ -116,8 +126,8 @@ impl World {
     }
 
     pub(super) fn check_liveness(&mut self) {
-        if let Some(reason) = self.expected_stop() {
-            self.end = Some(End::ExpectedStop { reason });
+        if let Some((kind, reason)) = self.expected_stop() {
+            self.end = Some(End::ExpectedStop { kind, reason });
             return;
         }
         if self.drain_requested() {
