@@ -165,7 +165,7 @@ impl Mirror {
                 prev,
                 sent: now,
                 resends: 0,
-                copy: self.copy_seq,
+                copy: self.pipeline.copy_seq,
             })),
             Command::Txn(txn),
         );
@@ -481,7 +481,7 @@ impl Mirror {
                 );
             }
         };
-        if theirs.link != self.link {
+        if theirs.link != self.fence.link {
             return self.fail(
                 now,
                 FailKind::PrefixConflict,
@@ -495,7 +495,7 @@ impl Mirror {
                 "the target was cut over (fence role Primary)",
             );
         }
-        if theirs.holder == self.holder && theirs.epoch == c.record.epoch {
+        if theirs.holder == self.fence.holder && theirs.epoch == c.record.epoch {
             // Our own incarnation wrote this record, in a Txn we had written off: a write
             // that timed out can still be applied by the server after our fence read said
             // it had not (it was queued, not yet proposed). Its data and its record landed
@@ -585,7 +585,7 @@ impl Mirror {
             self.pacing.resume_at = Some(at);
             return;
         }
-        if c.copy != self.copy_seq {
+        if c.copy != self.pipeline.copy_seq {
             // A forced resync replaced the copy this write was for: it would re-assert the
             // promise the resync dropped (see `on_compacted`).
             self.pacing.hold_until = Some(at);

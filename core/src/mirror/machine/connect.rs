@@ -26,6 +26,11 @@ pub(super) struct Fence {
     pub(super) takeovers: u32,
     /// The lowest epoch this agent may claim (an EtcdMirror's `metadata.generation`).
     pub(super) epoch_floor: u64,
+    /// This process's nonce, written into every record it puts.
+    pub(super) holder: String,
+    /// The link the fence belongs to (from the config's ranges); another link's fence in
+    /// the target range is a conflict.
+    pub(super) link: String,
 }
 
 impl Mirror {
@@ -114,7 +119,7 @@ impl Mirror {
             },
         };
         if let Some(c) = &found {
-            if c.link != self.link {
+            if c.link != self.fence.link {
                 return self.fail(
                     now,
                     FailKind::PrefixConflict,
@@ -220,7 +225,7 @@ impl Mirror {
         let mut rec = base.unwrap_or(Checkpoint {
             v: VERSION,
             seq: 0,
-            link: self.link.clone(),
+            link: self.fence.link.clone(),
             epoch: 0,
             holder: String::new(),
             role: Role::Mirror,
@@ -235,7 +240,7 @@ impl Mirror {
         });
         rec.upgrade();
         rec.epoch = epoch;
-        rec.holder = self.holder.clone();
+        rec.holder = self.fence.holder.clone();
         rec.source_cluster = format!("{src_id:x}");
         rec.target_cluster = format!("{tgt_id:x}");
         let fresh_genesis = rec.scan.is_none() && rec.watermark == 0 && rec.split.is_none();

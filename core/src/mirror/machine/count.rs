@@ -120,7 +120,7 @@ impl Mirror {
         self.status.source_keys_walked += walked;
         match next {
             Some(cmd) => {
-                let seq = self.gen_seq;
+                let seq = self.life.gen_seq;
                 self.issue(Job::Count { seq, of }, cmd);
             }
             None => self.count_done(of),

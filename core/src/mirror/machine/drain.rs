@@ -295,7 +295,10 @@ impl Mirror {
             .iter()
             .find(|kv| self.keys.is_checkpoint(&kv.key))
             .and_then(|kv| Checkpoint::decode(&kv.value).ok());
-        if fence.as_ref().is_some_and(|c| c.holder == self.holder) {
+        if fence
+            .as_ref()
+            .is_some_and(|c| c.holder == self.fence.holder)
+        {
             return self.fail(now, kind, message);
         }
         let now_holds = fence.map_or_else(

@@ -63,9 +63,9 @@ impl Mirror {
     }
 
     pub(super) fn new_gen(&mut self, step: GenStep, prune: bool) -> Genesis {
-        self.gen_seq += 1;
+        self.life.gen_seq += 1;
         Genesis {
-            seq: self.gen_seq,
+            seq: self.life.gen_seq,
             final_w: 0,
             step,
             prune,
@@ -105,7 +105,7 @@ impl Mirror {
         self.gen = Some(g);
         self.history.forget_anchors();
         let cmd = self.r0_cmd();
-        self.issue(Job::ReadR0(self.gen_seq), cmd);
+        self.issue(Job::ReadR0(self.life.gen_seq), cmd);
     }
 
     /// R0: one key's read, for the source's current revision alone. A count of the range
@@ -133,7 +133,7 @@ impl Mirror {
                 "source reported header revision {}",
                 r.header_revision
             ));
-            let seq = self.gen_seq;
+            let seq = self.life.gen_seq;
             return self.retry_later(now, Job::ReadR0(seq), cmd, false);
         }
         self.observe_source_rev(now, r.header_revision);
@@ -249,7 +249,7 @@ impl Mirror {
                 if let Some(g) = &mut self.gen {
                     g.reading = true;
                 }
-                self.issue(Job::ScanPage(self.gen_seq), cmd);
+                self.issue(Job::ScanPage(self.life.gen_seq), cmd);
             }
             None => {
                 // Past the last window: record that the scan is complete.
@@ -445,7 +445,7 @@ impl Mirror {
         let Some(g) = &mut self.gen else { return };
         g.probe = Some(ModScan::new(vec![Window { start, end }]));
         if let Some(cmd) = self.probe_cmd() {
-            self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
+            self.issue(Job::ProbeMaxModRevision(self.life.gen_seq), cmd);
         }
     }
 
@@ -480,7 +480,7 @@ impl Mirror {
         };
         if !probe.on_page(r, limit) {
             if let Some(cmd) = self.probe_cmd() {
-                self.issue(Job::ProbeMaxModRevision(self.gen_seq), cmd);
+                self.issue(Job::ProbeMaxModRevision(self.life.gen_seq), cmd);
             }
             return;
         }
@@ -558,7 +558,7 @@ impl Mirror {
     pub(super) fn next_sweep_page(&mut self, now: Instant) {
         match self.sweep_cmd() {
             Some(cmd) => {
-                self.issue(Job::SweepPage(self.gen_seq), cmd);
+                self.issue(Job::SweepPage(self.life.gen_seq), cmd);
             }
             None => {
                 if let Some(g) = &mut self.gen {

@@ -164,7 +164,7 @@ struct Commit {
     sent: Instant,
     /// Times it was sent again after arriving before its predecessor.
     resends: u32,
-    /// The copy it belongs to ([`Mirror::copy_seq`] when it was sent).
+    /// The copy it belongs to ([`Pipeline::copy_seq`] when it was sent).
     copy: u64,
 }
 
@@ -313,8 +313,6 @@ pub struct Mirror {
     keys: KeySpace,
     rng: Rng,
     limits: Limits,
-    holder: String,
-    link: String,
     status: Status,
     /// Where the agent is in its life, and what the operator asked of it (see `plumbing.rs`).
     life: Lifecycle,
@@ -325,7 +323,6 @@ pub struct Mirror {
 
     /// Commands in flight and outputs to poll (see `plumbing.rs`).
     cmds: Commands,
-    gen_seq: u64,
 
     /// What the version probes found (see `connect.rs`).
     peers: Peers,
@@ -349,9 +346,6 @@ pub struct Mirror {
     pages: Pages,
 
     history: History,
-    /// Counts forced resyncs: a commit sent for a copy a resync replaced is not redone when
-    /// it turns out not to have applied (its data and record vouch for the replaced copy).
-    copy_seq: u64,
 }
 
 impl Mirror {
@@ -374,15 +368,16 @@ impl Mirror {
         };
         Ok(Mirror {
             limits,
-            holder,
-            link,
             status,
             life: Lifecycle::default(),
             density: Default::default(),
             cmds: Commands::new(),
-            gen_seq: 0,
             peers: Peers::default(),
-            fence: Fence::default(),
+            fence: Fence {
+                holder,
+                link,
+                ..Fence::default()
+            },
             tail: TailState::new(),
             pacing: Pacing {
                 backoff: Backoff::new(b.initial_delay, b.max_delay),
@@ -405,7 +400,6 @@ impl Mirror {
             pipeline: Pipeline::new(),
             pages: Pages::default(),
             history: History::default(),
-            copy_seq: 0,
             keys,
             rng,
             cfg: config,

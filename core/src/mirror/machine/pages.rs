@@ -431,7 +431,7 @@ impl Mirror {
             prev: self.pipeline.fence_bytes.clone(),
             sent: now,
             resends: 0,
-            copy: self.copy_seq,
+            copy: self.pipeline.copy_seq,
         };
         self.judge_fence(now, c, current);
     }

@@ -22,6 +22,9 @@ use super::*;
 /// The commit chain's own state, apart from the flows that feed it work.
 #[derive(Debug, Clone)]
 pub(super) struct Pipeline {
+    /// Counts forced resyncs: a commit sent for a copy a resync replaced is not redone when
+    /// it turns out not to have applied (its data and record vouch for the replaced copy).
+    pub(super) copy_seq: u64,
     /// Fenced Txns in flight, in chain order, each with its reply once it came (replies are
     /// acted on in chain order).
     pub(super) chain: VecDeque<Link>,
@@ -54,6 +57,7 @@ impl Pipeline {
             broken: None,
             depth: 1,
             commit_rtt: None,
+            copy_seq: 0,
         }
     }
 }
@@ -267,8 +271,9 @@ impl Mirror {
                     let current = t.reads.into_iter().next().flatten();
                     let ours = current.as_ref().is_some_and(|kv| {
                         kv.value == self.pipeline.fence_bytes
-                            || Checkpoint::decode(&kv.value)
-                                .is_ok_and(|r| r.holder == self.holder && r.epoch == c.record.epoch)
+                            || Checkpoint::decode(&kv.value).is_ok_and(|r| {
+                                r.holder == self.fence.holder && r.epoch == c.record.epoch
+                            })
                     });
                     if !ours {
                         // Someone else wrote the fence: decide now, as with one Txn.
@@ -451,10 +456,10 @@ impl Mirror {
             _ => None,
         };
         // Writes for a copy a forced resync replaced are not redone (see `on_compacted`).
-        for c in redo.rev().filter(|c| c.copy == self.copy_seq) {
+        for c in redo.rev().filter(|c| c.copy == self.pipeline.copy_seq) {
             self.work.push_front(c.work);
         }
-        if let Some(c) = first.filter(|c| c.copy == self.copy_seq) {
+        if let Some(c) = first.filter(|c| c.copy == self.pipeline.copy_seq) {
             // Pushes its halves in front of the rest.
             return self.shrink_or_fail(now, c);
         }

@@ -14,6 +14,8 @@ pub(super) struct Lifecycle {
     pub(super) paused: bool,
     /// The first `poll_output` began the connect sequence (the version probes).
     pub(super) started: bool,
+    /// Genesis attempts begun, so that replies to a superseded attempt are ignored.
+    pub(super) gen_seq: u64,
 }
 
 impl Default for Lifecycle {
@@ -24,6 +26,7 @@ impl Default for Lifecycle {
             shutdown: false,
             paused: false,
             started: false,
+            gen_seq: 0,
         }
     }
 }

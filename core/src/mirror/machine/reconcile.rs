@@ -277,7 +277,7 @@ impl Mirror {
     /// Consumes the smallest key from the fronts of both sides.
     fn merge_one(&mut self) -> Result<(), MergeError> {
         let keys = &self.keys;
-        let link = &self.link;
+        let link = &self.fence.link;
         let Some(p) = &mut self.recon.pass else {
             return Ok(());
         };

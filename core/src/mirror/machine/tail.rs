@@ -427,7 +427,7 @@ impl Mirror {
         }
         self.cancel_watch();
         self.batcher.clear();
-        self.copy_seq += 1;
+        self.pipeline.copy_seq += 1;
         // The resync replaces the copy: queued copy work (tail batches, a pass's repairs,
         // an idle advance, a quota probe) would re-assert the promise it drops, with data it
         // may not vouch for; the resync's first write probes the quota instead. An in-flight
