@@ -38,7 +38,8 @@ const SHORT_GROWTH: u128 = 2;
 /// "Bounded scans".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Hint {
-    /// The point where the first read that found keys began.
+    /// The point of the first key found (or, learned by a count, where the first read that
+    /// found keys began: a count does not see its keys).
     gap_end: u128,
     /// The span learned there.
     span: u128,
@@ -150,16 +151,27 @@ impl Pager {
         }
     }
 
-    /// Records where keys began (`at`: the first key found, or where a count read that
-    /// found some began), after the first read of a window that found any.
-    fn learn(&mut self, window: &Window, at: &[u8], hinted: bool, was_seen: bool) {
+    /// Records where keys began, after the first read of a window that found any: `first`
+    /// is the first key found (a page), or `None` when the read only counted them, which
+    /// places them no closer than where the read began (`cursor`).
+    fn learn(
+        &mut self,
+        window: &Window,
+        cursor: &[u8],
+        first: Option<&[u8]>,
+        hinted: bool,
+        was_seen: bool,
+    ) {
         if !self.seen || was_seen {
             return;
         }
         let base = common_prefix(&window.start, &window.end);
-        let gap_end = match (hinted, self.hints.get(&window.start)) {
-            (true, Some(h)) => h.gap_end.min(point(base, at)),
-            _ => point(base, at),
+        let gap_end = match (hinted, self.hints.get(&window.start), first) {
+            // Keys written into the gap since the hint was learned move it back.
+            (true, Some(h), Some(first)) => h.gap_end.min(point(base, first)),
+            // A count read from the window's start says nothing finer than the hint.
+            (true, Some(h), None) => h.gap_end,
+            (_, _, first) => point(base, first.unwrap_or(cursor)),
         };
         let span = self.span.max(1);
         self.hints
@@ -226,7 +238,7 @@ impl Pager {
         let (span, hinted) = self.span_for(window, cursor);
         let was_seen = self.seen;
         let next = self.advance_span(window, cursor, bound, span, reply);
-        self.learn(window, reply.first.unwrap_or(cursor), hinted, was_seen);
+        self.learn(window, cursor, reply.first, hinted, was_seen);
         next
     }
 
@@ -313,7 +325,7 @@ impl Pager {
         } else {
             span.saturating_mul((aim / count).clamp(1, SHORT_GROWTH))
         };
-        self.learn(window, cursor, hinted, was_seen);
+        self.learn(window, cursor, None, hinted, was_seen);
         if bound == window.end.as_slice() || !before_end(bound, &window.end) {
             Next::Done
         } else {
@@ -454,6 +466,43 @@ mod tests {
         let (read, _, hit) = page_with(Pager::with_hints(first.hints().clone()), &keys, &w, 1000);
         assert_eq!(read, keys.iter().cloned().collect::<Vec<_>>());
         assert!(hit <= 1000, "with the hint the first read walked {hit}");
+    }
+
+    /// Counts `keys` in `window` in bounded count-only reads as etcd would answer them;
+    /// returns the total and the pager.
+    fn count_all(p: Pager, keys: &BTreeSet<Vec<u8>>, window: &Window, limit: u32) -> (u64, Pager) {
+        let mut p = p;
+        let mut cursor = window.start.clone();
+        let mut total = 0;
+        for _ in 0..1_000_000 {
+            let bound = p.bound(window, &cursor);
+            let count = keys
+                .iter()
+                .filter(|k| k.as_slice() >= cursor.as_slice() && before_end(k, &bound))
+                .count() as u64;
+            total += count;
+            match p.advance_count(window, &cursor, &bound, count as i64, limit) {
+                Next::Done => return (total, p),
+                Next::From(c) => cursor = c,
+            }
+        }
+        panic!("the count did not finish");
+    }
+
+    #[test]
+    fn a_count_keeps_the_hint_a_scan_learned() {
+        let keys: BTreeSet<Vec<u8>> = (0..20_000u32)
+            .map(|i| format!("/bench/k{i:010}").into_bytes())
+            .collect();
+        let w = window(b"/bench/");
+        let (_, scan, _) = page_with(Pager::default(), &keys, &w, 1000);
+        let (total, count) = count_all(Pager::with_hints(scan.hints().clone()), &keys, &w, 1000);
+        assert_eq!(total, 20_000);
+        // A count does not see where its keys are: it must not move the scan's hint to
+        // where its own first read began.
+        assert_eq!(count.hints(), scan.hints());
+        let (_, _, hit) = page_with(Pager::with_hints(count.hints().clone()), &keys, &w, 1000);
+        assert!(hit <= 1000, "after the count the first read walked {hit}");
     }
 
     proptest! {

@@ -45,17 +45,8 @@ impl KeyCount {
 
     /// The next read, or `None` once every window is counted.
     pub(super) fn cmd(&self) -> Option<Command> {
-        let (_, key, range_end) = self.walk.page()?;
-        Some(Command::Range(RangeRequest {
-            cluster: Cluster::Source,
-            key,
-            range_end,
-            revision: self.rev,
-            limit: 0,
-            count_only: true,
-            keys_only: false,
-            sort: SortBy::Key,
-        }))
+        // No limit: a count-only read returns no keys, and `count` is what it walked.
+        self.walk.read(self.rev, 0, true, false)
     }
 
     /// Takes the reply to [`KeyCount::cmd`]; true once every window is counted. `limit`

@@ -109,8 +109,7 @@ impl Mirror {
     }
 
     /// R0: one key's read, for the source's current revision alone. A count of the range
-    /// would walk every key under the source's index lock; the count at the base is read
-    /// in bounded spans after it (see `count`).
+    /// would walk every key under the source's index lock (see `count`).
     pub(super) fn r0_cmd(&self) -> Command {
         let (key, _) = self.keys.source_range();
         Command::Range(RangeRequest {

@@ -43,17 +43,7 @@ impl ModScan {
 
     /// The next page read, or `None` once every window is read.
     pub(super) fn cmd(&self, limit: u32) -> Option<Command> {
-        let (_, key, range_end) = self.walk.page()?;
-        Some(Command::Range(RangeRequest {
-            cluster: Cluster::Source,
-            key,
-            range_end,
-            revision: self.at,
-            limit: i64::from(limit),
-            count_only: false,
-            keys_only: true,
-            sort: SortBy::Key,
-        }))
+        self.walk.read(self.at, limit, false, true)
     }
 
     /// Takes one page; true once every window is read.

@@ -2,6 +2,7 @@
 //! pager that bounds each read (shared by the snapshot scan in `modscan` and the key
 //! counts in `count`).
 
+use crate::etcd::{Cluster, Command, RangeRequest, SortBy};
 use crate::mirror::keys::{before_end, Window};
 use crate::mirror::pager::{Hints, Next, Pager};
 
@@ -41,6 +42,28 @@ impl Walk {
         let w = self.windows.get(self.window)?;
         let (from, bound) = self.pager.page(w, &self.cursor);
         Some((w, from, bound))
+    }
+
+    /// The source read of the next page, pinned at `revision` (0: the current one); `None`
+    /// once every window is read.
+    pub(super) fn read(
+        &self,
+        revision: i64,
+        limit: u32,
+        count_only: bool,
+        keys_only: bool,
+    ) -> Option<Command> {
+        let (_, key, range_end) = self.page()?;
+        Some(Command::Range(RangeRequest {
+            cluster: Cluster::Source,
+            key,
+            range_end,
+            revision,
+            limit: i64::from(limit),
+            count_only,
+            keys_only,
+            sort: SortBy::Key,
+        }))
     }
 
     /// Moves on as the pager said; true once every window is read.
