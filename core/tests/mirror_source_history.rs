@@ -15,7 +15,10 @@ use tidemark_core::etcd::{
     Cluster, Command, EventKind, KeyValue, RangeRequest, Reply, WatchEvent, WatchRequest,
 };
 use tidemark_core::mirror::checkpoint::{Anchor, VERSION};
-use tidemark_core::mirror::{Checkpoint, ConditionType, FailKind, Output, StopReason};
+use tidemark_core::mirror::{
+    AnchorDiff, AnchorField, Checkpoint, ConditionType, FailKind, HistoryFinding, Output,
+    StopReason, Unconfirmed,
+};
 
 /// The put the previous incarnation copied last: `/app/k` = "v" at revision 90.
 fn anchor_kv() -> KeyValue {
@@ -69,11 +72,24 @@ fn proof(h: &mut Harness) -> (u64, RangeRequest) {
     }
 }
 
-fn failed(h: &mut Harness) -> (FailKind, String) {
+/// The mirror stopped on a source-history mismatch: what the proof found, and the
+/// operator's sentence.
+fn failed(h: &mut Harness) -> (HistoryFinding, String) {
     match h.stopped() {
-        Some(StopReason::Failed { kind, message }) => (kind, message),
-        other => panic!("expected a failed stop, got {other:?}"),
+        Some(StopReason::Failed {
+            kind: FailKind::SourceHistoryMismatch,
+            message,
+        }) => (finding(h), message),
+        other => panic!("expected a source-history stop, got {other:?}"),
     }
+}
+
+/// What the `SourceHistoryMismatch` condition reports, as data.
+fn finding(h: &Harness) -> HistoryFinding {
+    h.m.status()
+        .source_history_finding
+        .clone()
+        .expect("the status carries the finding")
 }
 
 /// No Txn of any kind was ever emitted (not even the claim).
@@ -92,10 +108,21 @@ fn a_source_below_the_watermark_is_refused_before_the_claim() {
     );
     // The restored source is at revision 21 and never had revision 90.
     h.done(id, Ok(range(21, vec![], false)));
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
-    assert!(msg.contains("revision 21") && msg.contains("100"), "{msg}");
-    assert!(msg.contains("abandonWatermark: 100"), "{msg}");
+    let (found, msg) = failed(&mut h);
+    assert_eq!(
+        found,
+        HistoryFinding::AnsweredBelowReached {
+            answered: 21,
+            reached: 100,
+            watermark: 100
+        }
+    );
+    // The one check of the operator's sentence: it names the finding and the way forward.
+    assert!(
+        msg.starts_with(&found.to_string())
+            && msg.ends_with("initialSync.abandonWatermark: 100 (run --abandon-watermark 100)"),
+        "{msg}"
+    );
     assert!(wrote_nothing(&h));
     assert!(h.m.status().condition(ConditionType::SourceHistoryMismatch));
 }
@@ -106,9 +133,14 @@ fn a_snapshot_newer_than_the_anchor_but_older_than_the_watermark_is_refused() {
     // revisions 96..=100 the target copied are not.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 95);
     proof_passes(&mut h, 95);
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
-    assert!(msg.contains("revision 95, below revision 100"), "{msg}");
+    assert_eq!(
+        failed(&mut h).0,
+        HistoryFinding::AnsweredBelowReached {
+            answered: 95,
+            reached: 100,
+            watermark: 100
+        }
+    );
     assert!(wrote_nothing(&h));
 }
 
@@ -124,13 +156,20 @@ fn a_source_past_the_watermark_with_another_history_is_refused() {
         ..anchor_kv()
     };
     h.done(id, Ok(range(500, vec![other], false)));
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
-    assert!(
-        msg.contains("create revision 12, expected 80") && msg.contains("value differs"),
-        "{msg}"
+    let (found, msg) = failed(&mut h);
+    let HistoryFinding::AnchorDiffers { key, diff, .. } = &found else {
+        panic!("{found:?}")
+    };
+    assert_eq!(
+        diff,
+        &AnchorDiff::Differs(vec![
+            AnchorField::CreateRevision { got: 12, want: 80 },
+            AnchorField::Version { got: 1, want: 3 },
+            AnchorField::Value
+        ])
     );
-    // The key is redacted in the message.
+    // The key is redacted in the finding, and so in the message and the status.
+    assert_ne!(key, "/app/k");
     assert!(!msg.contains("/app/k"), "{msg}");
     assert!(wrote_nothing(&h));
 }
@@ -221,13 +260,18 @@ fn a_compacted_anchor_is_proven_by_the_unchanged_key_or_reported_when_it_changed
     let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
     assert_eq!((c.status, c.reason.as_str()), (false, "AnchorCompacted"));
     assert!(
-        c.message.contains("compact revision 250")
-            && c.message.contains("watermark 100")
-            && c.message.contains("source revision 300")
-            && c.message
-                .contains("resynced from the source at revision 300"),
-        "{}",
-        c.message
+        matches!(
+            finding(&h),
+            HistoryFinding::AnchorCompacted {
+                anchor: 90,
+                compact: Some(250),
+                watermark: 100,
+                source: 300,
+                ..
+            }
+        ),
+        "{:?}",
+        finding(&h)
     );
     assert_eq!(h.m.status().forced_resync_count, 1);
     // Once claimed, the copy is rebuilt: the watch replays from the declared base and
@@ -258,9 +302,14 @@ fn a_future_anchor_revision_is_a_mismatch() {
     let (id, r) = proof(&mut h);
     assert_eq!(r.revision, 0);
     h.done(id, Ok(range(60, vec![], false)));
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
-    assert!(msg.contains("at revision 60, below revision 100"), "{msg}");
+    assert_eq!(
+        failed(&mut h).0,
+        HistoryFinding::AnsweredBelowReached {
+            answered: 60,
+            reached: 100,
+            watermark: 100
+        }
+    );
     assert!(wrote_nothing(&h));
 }
 
@@ -314,7 +363,7 @@ fn abandon_watermark_copies_the_new_source_afresh_only_when_the_proof_fails() {
     );
     let (id, _) = proof(&mut h);
     h.done(id, Ok(range(21, vec![], false)));
-    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    failed(&mut h);
     assert!(wrote_nothing(&h));
 }
 
@@ -335,7 +384,7 @@ fn a_record_without_an_anchor_is_checked_by_revision_and_upgraded() {
     let mut h = start(InitialSyncMode::RequireEmpty, None, &v1, 100);
     let (id, _) = proof(&mut h);
     h.done(id, Ok(range(40, vec![], false)));
-    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    failed(&mut h);
 }
 
 /// A cold-synced agent (watermark 100) whose watch just broke; proofs answered by hand.
@@ -390,9 +439,14 @@ fn a_restore_while_tailing_stops_before_the_new_history_is_written() {
     let mut anchor_kv = kv(b"/app/b", b"2", 60);
     anchor_kv.create_revision = 60;
     h.done(id, Ok(range(70, vec![anchor_kv], false)));
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
-    assert!(msg.contains("revision 70"), "{msg}");
+    assert_eq!(
+        failed(&mut h).0,
+        HistoryFinding::AnsweredBelowReached {
+            answered: 70,
+            reached: 100,
+            watermark: 100
+        }
+    );
 }
 
 #[test]
@@ -458,7 +512,7 @@ fn events_from_a_new_watch_wait_for_the_proof_and_are_never_written_on_a_mismatc
         .expect("a proof after the new watch");
     // The new history answers below what the old one reached.
     h.done(id, Ok(range(99, vec![], false)));
-    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    failed(&mut h);
     let txns_after_cold_start = h
         .log
         .iter()
@@ -496,9 +550,14 @@ fn an_anchor_read_ahead_of_the_watermark_that_the_source_never_reached_is_a_mism
     h.done(id, Err(Failure::FutureRevision));
     let (id, _) = proof(&mut h);
     h.done(id, Ok(range(102, vec![], false)));
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
-    assert!(msg.contains("at revision 102, below revision 105"), "{msg}");
+    assert_eq!(
+        failed(&mut h).0,
+        HistoryFinding::SourceBelowAnchor {
+            source: 102,
+            anchor: 105,
+            watermark: 100
+        }
+    );
     assert!(wrote_nothing(&h));
 }
 
@@ -518,9 +577,15 @@ fn a_compacted_anchor_is_read_back_at_the_watermark() {
         ..anchor_kv()
     };
     h.done(id, Ok(range(300, vec![other], false)));
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
-    assert!(msg.contains("mod revision 97, expected 90"), "{msg}");
+    let (found, _) = failed(&mut h);
+    let HistoryFinding::AnchorDiffers { read_at, diff, .. } = &found else {
+        panic!("{found:?}")
+    };
+    assert_eq!(*read_at, 100, "read back at the watermark");
+    assert!(
+        diff.has(AnchorField::ModRevision { got: 97, want: 90 }),
+        "{diff:?}"
+    );
     assert!(wrote_nothing(&h));
 
     // The same history: the put is still there at the watermark.
@@ -685,13 +750,20 @@ fn a_put_below_the_watermark_that_the_mirror_never_saw_is_a_mismatch() {
             events: vec![put_ev(b"/app/z", b"new", 97)],
         },
     );
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
+    let (found, _) = failed(&mut h);
     assert!(
-        msg.contains("from revision 91 found a put at revision 97")
-            && msg.contains("applied 0 in-range event(s) up to revision 100")
-            && msg.contains("checkpoint keeps watermark 100"),
-        "{msg}"
+        matches!(
+            found,
+            HistoryFinding::WindowExtraEvent {
+                from: 91,
+                kind: EventKind::Put,
+                at: 97,
+                applied: 0,
+                upto: 100,
+                ..
+            }
+        ),
+        "{found:?}"
     );
     assert!(wrote_nothing(&h));
 
@@ -706,7 +778,7 @@ fn a_put_below_the_watermark_that_the_mirror_never_saw_is_a_mismatch() {
             events: vec![put_ev(b"/app/z", b"new", 97)],
         },
     );
-    assert_eq!(failed(&mut h).0, FailKind::SourceHistoryMismatch);
+    failed(&mut h);
     assert_eq!(txns(&h), 1, "only the claim");
 }
 
@@ -764,11 +836,17 @@ fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
             events: vec![del_ev(b"/app/e", 95), put_ev(b"/app/n", b"1", 121)],
         },
     );
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
     assert!(
-        msg.contains("found 1 in-range event(s) where this mirror applied 1, and they differ"),
-        "{msg}"
+        matches!(
+            failed(&mut h).0,
+            HistoryFinding::WindowMismatch {
+                found: 1,
+                applied: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        finding(&h)
     );
     assert!(wrote_nothing(&h));
 
@@ -778,11 +856,17 @@ fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
     let mut h = start_on("3.5.15", cfg.clone(), &rec, 120);
     proof_passes(&mut h, 120);
     pass_replay(&mut h, 120);
-    let (kind, msg) = failed(&mut h);
-    assert_eq!(kind, FailKind::SourceHistoryMismatch);
     assert!(
-        msg.contains("found 0 in-range event(s) where this mirror applied 1"),
-        "{msg}"
+        matches!(
+            failed(&mut h).0,
+            HistoryFinding::WindowMismatch {
+                found: 0,
+                applied: 1,
+                ..
+            }
+        ),
+        "{:?}",
+        finding(&h)
     );
     assert!(wrote_nothing(&h));
 
@@ -801,7 +885,19 @@ fn the_window_must_hold_exactly_the_deletes_the_mirror_applied() {
     );
     let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
     assert_eq!((c.status, c.reason.as_str()), (false, "AnchorCompacted"));
-    assert!(c.message.contains("etcd #18089"), "{}", c.message);
+    assert!(
+        matches!(
+            finding(&h),
+            HistoryFinding::WindowUnconfirmed {
+                found: 0,
+                applied: 1,
+                why: Unconfirmed::TombstoneDropped,
+                ..
+            }
+        ),
+        "{:?}",
+        finding(&h)
+    );
 }
 
 #[test]
@@ -874,7 +970,18 @@ fn a_compacted_window_is_resynced() {
     );
     let c = &h.m.status().conditions[&ConditionType::SourceHistoryMismatch];
     assert_eq!((c.status, c.reason.as_str()), (false, "AnchorCompacted"));
-    assert!(c.message.contains("compact revision 250"), "{}", c.message);
+    assert!(
+        matches!(
+            finding(&h),
+            HistoryFinding::WindowCompacted {
+                anchor: 90,
+                compact: 250,
+                watermark: 100
+            }
+        ),
+        "{:?}",
+        finding(&h)
+    );
 
     // In the tail: a forced resync, as after any compaction.
     let mut h = start(InitialSyncMode::RequireEmpty, None, &anchored(100), 300);

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::etcd::{EventKind, KeyValue};
+use crate::mirror::finding::{AnchorDiff, AnchorField};
 
 /// The record version this build writes. Version 2 added [`Anchor`]: a build that only
 /// knows version 1 refuses it by version, with a message that says to upgrade, instead of
@@ -139,28 +140,37 @@ impl Anchor {
 
     /// What differs between this anchor and a key-value read back at its revision, or
     /// `None` when the fact holds.
-    pub fn mismatch(&self, kv: Option<&KeyValue>) -> Option<String> {
+    pub fn mismatch(&self, kv: Option<&KeyValue>) -> Option<AnchorDiff> {
         let Some(kv) = kv else {
-            return Some("the key does not exist there".into());
+            return Some(AnchorDiff::Missing);
         };
         let found = Anchor::of(kv);
         let mut diffs = Vec::new();
         if found.key != self.key {
-            diffs.push("another key came back".to_string());
+            diffs.push(AnchorField::Key);
         }
-        for (name, want, got) in [
-            ("mod revision", self.rev, found.rev),
-            ("create revision", self.create, found.create),
-            ("version", self.ver, found.ver),
-        ] {
-            if want != got {
-                diffs.push(format!("{name} {got}, expected {want}"));
-            }
+        if found.rev != self.rev {
+            diffs.push(AnchorField::ModRevision {
+                got: found.rev,
+                want: self.rev,
+            });
+        }
+        if found.create != self.create {
+            diffs.push(AnchorField::CreateRevision {
+                got: found.create,
+                want: self.create,
+            });
+        }
+        if found.ver != self.ver {
+            diffs.push(AnchorField::Version {
+                got: found.ver,
+                want: self.ver,
+            });
         }
         if found.sha != self.sha {
-            diffs.push("its value differs".into());
+            diffs.push(AnchorField::Value);
         }
-        (!diffs.is_empty()).then(|| diffs.join(", "))
+        (!diffs.is_empty()).then_some(AnchorDiff::Differs(diffs))
     }
 }
 
@@ -620,12 +630,14 @@ mod tests {
             create_revision: 3,
             ..kv.clone()
         };
-        let m = a.mismatch(Some(&other)).unwrap();
-        assert!(
-            m.contains("create revision 3, expected 5") && m.contains("value"),
-            "{m}"
+        assert_eq!(
+            a.mismatch(Some(&other)),
+            Some(AnchorDiff::Differs(vec![
+                AnchorField::CreateRevision { got: 3, want: 5 },
+                AnchorField::Value
+            ]))
         );
-        assert!(a.mismatch(None).is_some());
+        assert_eq!(a.mismatch(None), Some(AnchorDiff::Missing));
         let mut bad = sample();
         bad.anchor.as_mut().unwrap().sha = "XYZ".into();
         assert_eq!(refused_field(&bad), Some("anchor.sha"));

@@ -3,6 +3,7 @@
 pub mod backoff;
 pub mod batcher;
 pub mod checkpoint;
+pub mod finding;
 pub mod io;
 pub mod keys;
 mod machine;
@@ -11,6 +12,7 @@ pub mod status;
 pub mod version;
 
 pub use checkpoint::{Checkpoint, Role};
+pub use finding::{AnchorDiff, AnchorField, HistoryFinding, Unconfirmed};
 pub use io::{CommandId, Control, FailKind, Input, Output, StopReason};
 pub use keys::KeySpace;
 pub use machine::{Mirror, DRAIN_PROGRESSING, DRAIN_STALL_AFTER};

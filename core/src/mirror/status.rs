@@ -1,6 +1,7 @@
 //! What the mirror reports: phase, watermark, lag, counters and conditions, named as in the
 //! EtcdMirror status so `/statusz` and the custom resource read the same.
 
+use crate::mirror::finding::HistoryFinding;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -214,6 +215,9 @@ pub struct Status {
     pub txns_in_flight: u64,
     pub commit_rtt_seconds: f64,
     pub last_error: Option<String>,
+    /// What the last source-history proof found that the `SourceHistoryMismatch`
+    /// condition reports, as data (`None` once a proof passes).
+    pub source_history_finding: Option<HistoryFinding>,
     pub backoff: Option<BackoffState>,
     pub last_counts: Option<Counts>,
     pub last_reconcile_time: Option<Instant>,

@@ -240,6 +240,29 @@ impl World {
                 let _ = message;
             }
             StopReason::Failed {
+                kind: FailKind::SourceHistoryMismatch,
+                message,
+            } => {
+                // A stop on the source's history must name what disproves it; a finding
+                // that only leaves the history unproven resyncs instead of stopping.
+                let finding = self.agents[agent as usize]
+                    .replicator
+                    .as_ref()
+                    .and_then(|r| r.status().source_history_finding.clone());
+                match finding {
+                    Some(f) if f.disproves() => {
+                        self.coverage.mark(&format!("history.stop.{}", f.name()))
+                    }
+                    other => self.violate(Violation {
+                        invariant: "history-stop-without-proof".into(),
+                        at_ns: self.now,
+                        detail: format!(
+                            "agent {agent} stopped on the source's history with finding {other:?}: {message}"
+                        ),
+                    }),
+                }
+            }
+            StopReason::Failed {
                 kind: FailKind::DrainOrphans,
                 message,
             } => {

@@ -22,6 +22,7 @@ mod proof;
 
 use super::*;
 use crate::mirror::checkpoint::{value_digest, Anchor};
+use crate::mirror::finding::{HistoryFinding, Unconfirmed};
 
 /// A window `(anchor, upto]` of the source's history that a new watch replays: it must
 /// deliver exactly the in-scope events the mirror counted after the anchor (a restore from a

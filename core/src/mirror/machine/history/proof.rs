@@ -35,10 +35,12 @@ impl Mirror {
             // The source refuses a revision it had already reached: it went back in time.
             // (A proof read answers this itself, with the source's revision in the message.)
             let w = self.proof_record().map_or(0, |c| c.watermark);
-            let what = format!(
-                "the source refused revision {pinned} as a future revision, though it had already reached revision {floor} (checkpoint watermark {w})"
-            );
-            self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+            let what = HistoryFinding::RefusedReachedRevision {
+                refused: pinned,
+                reached: floor,
+                watermark: w,
+            };
+            self.history_failed(now, what);
             return false;
         }
         let Ok(Reply::Range(r)) = result else {
@@ -46,11 +48,12 @@ impl Mirror {
         };
         if r.header_revision < floor {
             let w = self.proof_record().map_or(0, |c| c.watermark);
-            let what = format!(
-                "the source answered at revision {}, below revision {floor} that it had already reached (checkpoint watermark {w})",
-                r.header_revision
-            );
-            self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+            let what = HistoryFinding::AnsweredBelowReached {
+                answered: r.header_revision,
+                reached: floor,
+                watermark: w,
+            };
+            self.history_failed(now, what);
             return false;
         }
         self.history.floor = self.history.floor.max(r.header_revision);
@@ -111,15 +114,15 @@ impl Mirror {
         let Some(win) = self.history.window.clone() else {
             return;
         };
-        let what = format!(
-            "replaying the source from revision {} to {} found {} of the {} in-range event(s) this mirror applied, and no event past revision {} came within {} s; this etcd version's progress notifications cannot be trusted (before 3.4.31/3.5.13), so nothing proves the window complete",
-            win.anchor + 1,
-            win.upto,
-            win.seen,
-            win.want,
-            win.upto,
-            UNTRUSTED_WINDOW_WAIT.as_secs()
-        );
+        let what = HistoryFinding::WindowUnconfirmed {
+            from: win.anchor + 1,
+            upto: win.upto,
+            found: win.seen,
+            applied: win.want,
+            why: Unconfirmed::NoProgress {
+                waited_seconds: UNTRUSTED_WINDOW_WAIT.as_secs(),
+            },
+        };
         self.window_unprovable(now, what);
     }
 
@@ -255,11 +258,11 @@ impl Mirror {
                 return self.issue_proof(false);
             }
             Err(Failure::FutureRevision) => {
-                let a = anchor.as_ref().map_or(0, |a| a.rev);
-                let what = format!(
-                    "the source has not reached revision {a}, where this mirror copied the checkpoint's anchor (checkpoint watermark {w})"
-                );
-                return self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+                let what = HistoryFinding::AnchorNotReached {
+                    anchor: anchor.as_ref().map_or(0, |a| a.rev),
+                    watermark: w,
+                };
+                return self.history_failed(now, what);
             }
             Err(f) => {
                 let job = Job::ProveHistory { round, pinned };
@@ -275,7 +278,7 @@ impl Mirror {
                 "the checkpoint has no anchor yet (written by an older build, or nothing in range was copied), so only the revision was checked: source revision {} is not below watermark {w}",
                 r.header_revision
             );
-            return self.history_proven(now, "RevisionOnly", msg);
+            return self.history_proven(now, "RevisionOnly", msg, None);
         };
         let kv = r.kvs.first();
         let key = self.keys.redact(&a.key);
@@ -288,44 +291,51 @@ impl Mirror {
         if pinned {
             let read_at = if self.history.at_watermark { w } else { a.rev };
             return match a.mismatch(kv) {
-                None => self.history_proven(now, "Proven", String::new()),
+                None => self.history_proven(now, "Proven", String::new(), None),
                 Some(diff) => {
-                    let what = format!(
-                        "at source revision {read_at} the key {key} should hold the put this mirror copied at revision {}, but {diff} (checkpoint watermark {w}, source revision {})",
-                        a.rev, r.header_revision
-                    );
-                    self.history_failed(now, FailKind::SourceHistoryMismatch, what)
+                    let what = HistoryFinding::AnchorDiffers {
+                        key,
+                        read_at,
+                        anchor: a.rev,
+                        diff,
+                        watermark: w,
+                        source: r.header_revision,
+                    };
+                    self.history_failed(now, what)
                 }
             };
         }
         let h = r.header_revision;
         if self.history.future {
-            let what = format!(
-                "the source is at revision {h}, below revision {} where this mirror copied the checkpoint's anchor (checkpoint watermark {w})",
-                a.rev
-            );
-            return self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+            let what = HistoryFinding::SourceBelowAnchor {
+                source: h,
+                anchor: a.rev,
+                watermark: w,
+            };
+            return self.history_failed(now, what);
         }
-        let compacted = match self.history.compacted_at {
-            Some(c) if c > 0 => format!("compacted (compact revision {c})"),
-            _ => "compacted".to_string(),
-        };
         match kv {
             Some(kv) if kv.mod_revision == a.rev => match a.mismatch(Some(kv)) {
-                None => self.history_proven(now, "Proven", String::new()),
+                None => self.history_proven(now, "Proven", String::new(), None),
                 Some(diff) => {
-                    let what = format!(
-                        "the key {key} was last written at source revision {}, as when this mirror copied it, but {diff} (checkpoint watermark {w}, source revision {h})",
-                        a.rev
-                    );
-                    self.history_failed(now, FailKind::SourceHistoryMismatch, what)
+                    let what = HistoryFinding::AnchorRewritten {
+                        key,
+                        anchor: a.rev,
+                        diff,
+                        watermark: w,
+                        source: h,
+                    };
+                    self.history_failed(now, what)
                 }
             },
             _ => {
-                let what = format!(
-                    "the checkpoint's anchor at source revision {} is {compacted} and the key {key} changed since, so the source cannot be proven to be the history the target copy came from (checkpoint watermark {w}, source revision {h})",
-                    a.rev
-                );
+                let what = HistoryFinding::AnchorCompacted {
+                    key,
+                    anchor: a.rev,
+                    compact: self.history.compacted_at,
+                    watermark: w,
+                    source: h,
+                };
                 // Nothing proves or disproves the history. Stopping would turn every
                 // restart after compaction into an outage; resuming would extend a promise
                 // nobody can check. So the checkpoint's promise is dropped, not extended:
@@ -340,7 +350,7 @@ impl Mirror {
     /// connect the claim itself carries the resync (`scan` set, a prune owed), so no
     /// record re-asserts the unproven watermark; a running agent recovers as from a
     /// compaction.
-    fn resync_unprovable(&mut self, now: Instant, source_rev: i64, what: String) {
+    fn resync_unprovable(&mut self, now: Instant, source_rev: i64, what: HistoryFinding) {
         let message = format!(
             "{what}. The checkpoint's promise is not extended: the target is resynced from the source at revision {source_rev} (keys the source no longer has are pruned)"
         );
@@ -353,15 +363,23 @@ impl Mirror {
             // The claim declares the resync: no window is left to replay.
             self.history.window = None;
             self.history.at_connect = false;
-            self.history_proven(now, "AnchorCompacted", message);
+            self.history_proven(now, "AnchorCompacted", message, Some(what));
             return self.after_fence_proven(now);
         }
-        self.history_proven(now, "AnchorCompacted", message);
+        self.history_proven(now, "AnchorCompacted", message, Some(what));
         let c = self.history.compacted_at.unwrap_or(0);
         self.on_compacted(now, c);
     }
 
-    fn history_proven(&mut self, now: Instant, reason: &str, message: String) {
+    /// `finding` is what the condition reports when the history is not proven but the copy
+    /// goes on (a resync).
+    fn history_proven(
+        &mut self,
+        now: Instant,
+        reason: &str,
+        message: String,
+        finding: Option<HistoryFinding>,
+    ) {
         let unreplayed = self
             .history
             .since_break
@@ -389,6 +407,7 @@ impl Mirror {
         if !resyncing {
             self.status
                 .set_condition(now, C::SourceHistoryMismatch, false, reason, message);
+            self.status.source_history_finding = finding;
         }
         if self.history.at_connect {
             self.replay_before_claim(now);
@@ -460,7 +479,7 @@ impl Mirror {
     }
 
     /// A replayed window neither proves nor disproves the history: no promise is extended.
-    fn window_unprovable(&mut self, now: Instant, what: String) {
+    fn window_unprovable(&mut self, now: Instant, what: HistoryFinding) {
         self.cancel_watch();
         self.history.window = None;
         let h = self.history.floor;
@@ -474,18 +493,20 @@ impl Mirror {
         now: Instant,
         compact_revision: i64,
     ) {
-        let (a, w) = self.fence.found.as_ref().map_or((0, 0), |c| {
+        let (anchor, watermark) = self.fence.found.as_ref().map_or((0, 0), |c| {
             (c.anchor.as_ref().map_or(0, |a| a.rev), c.watermark)
         });
-        let what = format!(
-            "the source's history after the checkpoint's anchor (revision {a}) is compacted (compact revision {compact_revision}), so the events up to watermark {w} cannot be replayed"
-        );
+        let what = HistoryFinding::WindowCompacted {
+            anchor,
+            compact: compact_revision,
+            watermark,
+        };
         self.window_unprovable(now, what);
     }
 
     /// The proof failed. At connect, a matching `initialSync.abandonWatermark` abandons the
     /// checkpoint; otherwise the mirror stops without writing.
-    fn history_failed(&mut self, now: Instant, kind: FailKind, what: String) {
+    fn history_failed(&mut self, now: Instant, what: HistoryFinding) {
         let w = self.proof_record().map_or(0, |c| c.watermark);
         // At start only: the window replay runs before the claim too, so a restart after a
         // running agent stopped here reaches this point with the record found.
@@ -502,12 +523,13 @@ impl Mirror {
                 "{what}. Nothing was written. The checkpoint records an initial copy that never finished (watermark 0): either bring back the source it was copying, or delete the checkpoint key to copy the current source afresh"
             )
         };
-        self.fail(now, kind, message);
+        self.status.source_history_finding = Some(what);
+        self.fail(now, FailKind::SourceHistoryMismatch, message);
     }
 
     /// The operator named this watermark: drop the checkpoint's progress and copy the
     /// current source afresh with the configured initial-sync mode.
-    fn abandon_checkpoint(&mut self, now: Instant, what: String) {
+    fn abandon_checkpoint(&mut self, now: Instant, what: HistoryFinding) {
         // The replay watch, if it found the mismatch, has done its job.
         self.cancel_watch();
         let Some(found) = self.fence.found.as_mut() else {
@@ -528,6 +550,7 @@ impl Mirror {
             "Abandoned",
             format!("{what}; initialSync.abandonWatermark {w} names this checkpoint, so it is abandoned and the current source is copied afresh"),
         );
+        self.status.source_history_finding = Some(what);
         // The new history starts from nothing known.
         self.history = History {
             round: self.history.round + 1,
@@ -651,16 +674,15 @@ impl Mirror {
             };
             win.seen += 1;
             if win.seen > win.want {
-                let key = self.keys.redact(&e.kv.key);
-                let what = format!(
-                    "replaying the source from revision {} found {} at revision {} for key {key}, which this mirror never saw there: after the anchor it applied {} in-range event(s) up to revision {}",
-                    win.anchor + 1,
-                    if e.kind == EventKind::Put { "a put" } else { "a delete" },
-                    e.kv.mod_revision,
-                    win.want,
-                    win.upto
-                );
-                self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+                let what = HistoryFinding::WindowExtraEvent {
+                    key: self.keys.redact(&e.kv.key),
+                    from: win.anchor + 1,
+                    kind: e.kind,
+                    at: e.kv.mod_revision,
+                    applied: win.want,
+                    upto: win.upto,
+                };
+                self.history_failed(now, what);
                 return None;
             }
         }
@@ -692,25 +714,23 @@ impl Mirror {
         if win.seen < win.want && self.peers.drops_compact_tombstone {
             // This etcd drops a delete at exactly the compact revision from a watch (etcd
             // #18089), so a missing event may be that tombstone: nothing proves the window.
-            let what = format!(
-                "replaying the source from revision {} to {} found {} in-range event(s) where this mirror applied {}, and this etcd version drops a delete at the compact revision from watches (etcd #18089), so the window cannot be proven",
-                win.anchor + 1,
-                win.upto,
-                win.seen,
-                win.want
-            );
+            let what = HistoryFinding::WindowUnconfirmed {
+                from: win.anchor + 1,
+                upto: win.upto,
+                found: win.seen,
+                applied: win.want,
+                why: Unconfirmed::TombstoneDropped,
+            };
             self.window_unprovable(now, what);
             return false;
         }
-        let what = format!(
-            "replaying the source from revision {} to {} found {} in-range event(s) where this mirror applied {}{}",
-            win.anchor + 1,
-            win.upto,
-            win.seen,
-            win.want,
-            if win.seen == win.want { ", and they differ" } else { "" }
-        );
-        self.history_failed(now, FailKind::SourceHistoryMismatch, what);
+        let what = HistoryFinding::WindowMismatch {
+            from: win.anchor + 1,
+            upto: win.upto,
+            found: win.seen,
+            applied: win.want,
+        };
+        self.history_failed(now, what);
         false
     }
 }
