@@ -142,6 +142,35 @@ fn untrusted_probe_does_not_finish_before_a_delete_the_scan_saw() {
     assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
 }
 
+/// Found by the simulator (seed 792001030): the probe read the whole source prefix while
+/// the live count it is compared with covers the mirrored windows only, so a key under an
+/// excluded prefix kept the counts apart (and its mod revision above what the watch
+/// delivered), and the genesis on an untrusted source never finished. The probe reads the
+/// mirrored windows only.
+#[test]
+fn untrusted_probe_ignores_keys_under_an_excluded_prefix() {
+    let mut c = config(InitialSyncMode::RequireEmpty);
+    c.sync.exclude_prefixes = vec!["skip/".into()];
+    let mut h = Harness::new(c, 46);
+    let (_, cmds) =
+        genesis_until_scanned(&mut h, "3.5.9", 100, 1, vec![kv(b"/app/a", b"1", 50)], 103);
+    let probe = cmds.iter().find(|(_, c)| is_probe(c)).expect("a probe");
+    // An excluded key written after what the watch delivered: not the mirror's business.
+    let snapshot = [kv(b"/app/a", b"", 50), kv(b"/app/skip/x", b"", 104)];
+    // The first probe learns the live count (a resync's record has none); the next one,
+    // on the same quiet range, proves it.
+    assert!(txns(&h.answer_probe(probe.0, 105, &snapshot)).is_empty());
+    h.advance(Duration::from_secs(2));
+    let (id, cmd) = one(h.drain());
+    assert!(is_probe(&cmd), "{cmd:?}");
+    let (id, cmd) = one(h.answer_probe(id, 105, &snapshot));
+    let rec = fence_of(&cmd);
+    assert_eq!((rec.scan, rec.watermark), (None, 100), "genesis finishes");
+    h.done(id, Ok(txn_ok(30)));
+    h.drain();
+    assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
+}
+
 /// The same proof against a key created and deleted after R0 that a page still read: the
 /// count is back where it was, but the target holds the key, absent from the source at 100.
 /// The highest mod revision the scan wrote (`smax`) keeps genesis waiting for the watch.

@@ -1,7 +1,6 @@
 //! Genesis by the reflector pattern: R0, watch, scan, replay, sweep, finish.
 
 use super::*;
-use crate::mirror::keys::Window;
 
 impl Mirror {
     pub(super) fn after_claim(&mut self, now: Instant) {
@@ -438,11 +437,12 @@ impl Mirror {
         g.probe.as_ref()?.cmd(self.cfg.sync.page_key_limit)
     }
 
-    /// Starts the probe: one snapshot of the whole source range (as the R0 count counts).
+    /// Starts the probe: one snapshot of the mirrored windows, the keys the live count
+    /// counts (an excluded key would keep the two apart forever).
     pub(super) fn probe_untrusted(&mut self) {
-        let (start, end) = self.keys.source_range();
+        let windows = self.keys.source_windows();
         let Some(g) = &mut self.gen else { return };
-        g.probe = Some(ModScan::new(vec![Window { start, end }]));
+        g.probe = Some(ModScan::new(windows));
         if let Some(cmd) = self.probe_cmd() {
             self.issue(Job::ProbeMaxModRevision(self.life.gen_seq), cmd);
         }
