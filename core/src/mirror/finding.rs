@@ -10,7 +10,7 @@ use std::fmt;
 
 /// One field of the checkpoint's anchor that the key read back does not match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "field")]
+#[serde(tag = "field")]
 pub enum AnchorField {
     /// The read returned another key than the anchor's.
     Key,
@@ -32,7 +32,7 @@ pub enum AnchorField {
 
 /// How the key read back differs from the anchor the mirror recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind", content = "fields")]
+#[serde(tag = "kind", content = "fields")]
 pub enum AnchorDiff {
     /// The key does not exist at the revision read.
     Missing,
@@ -82,7 +82,7 @@ impl fmt::Display for AnchorDiff {
 
 /// Why a replayed window since the anchor proves nothing either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "why")]
+#[serde(tag = "why", rename_all_fields = "camelCase")]
 pub enum Unconfirmed {
     /// Fewer events came back, and this etcd drops a delete at the compact revision from
     /// watches (etcd #18089): the missing one may be that tombstone.
@@ -95,7 +95,7 @@ pub enum Unconfirmed {
 /// A fact about the source's history that a proof established. `watermark` is always the
 /// checkpoint's; `key` is redacted as configured; revisions are source revisions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "finding")]
+#[serde(tag = "finding", rename_all_fields = "camelCase")]
 pub enum HistoryFinding {
     /// The source refused, as a future revision, a revision it had already reached.
     RefusedReachedRevision {
@@ -269,5 +269,70 @@ impl HistoryFinding {
                 | HistoryFinding::WindowCompacted { .. }
                 | HistoryFinding::WindowUnconfirmed { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_carries_the_finding_as_named_fields() {
+        let f = HistoryFinding::AnchorDiffers {
+            key: "/app/#3".into(),
+            read_at: 90,
+            anchor: 90,
+            diff: AnchorDiff::Differs(vec![
+                AnchorField::CreateRevision { got: 12, want: 80 },
+                AnchorField::Value,
+            ]),
+            watermark: 100,
+            source: 500,
+        };
+        let json = serde_json::to_value(&f).expect("a finding serializes");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "finding": "AnchorDiffers",
+                "key": "/app/#3",
+                "readAt": 90,
+                "anchor": 90,
+                "diff": {"kind": "Differs", "fields": [
+                    {"field": "CreateRevision", "got": 12, "want": 80},
+                    {"field": "Value"}
+                ]},
+                "watermark": 100,
+                "source": 500
+            })
+        );
+        let back: HistoryFinding = serde_json::from_value(json).expect("and reads back");
+        assert_eq!(back, f);
+        let w = HistoryFinding::WindowUnconfirmed {
+            from: 91,
+            upto: 100,
+            found: 0,
+            applied: 1,
+            why: Unconfirmed::NoProgress { waited_seconds: 30 },
+        };
+        assert_eq!(
+            serde_json::to_value(&w).expect("serializes")["why"],
+            serde_json::json!({"why": "NoProgress", "waitedSeconds": 30})
+        );
+    }
+
+    #[test]
+    fn the_sentence_lists_every_difference() {
+        let d = AnchorDiff::Differs(vec![
+            AnchorField::Key,
+            AnchorField::Version { got: 1, want: 3 },
+        ]);
+        assert_eq!(
+            d.to_string(),
+            "another key came back, version 1, expected 3"
+        );
+        assert_eq!(
+            AnchorDiff::Missing.to_string(),
+            "the key does not exist there"
+        );
     }
 }

@@ -197,6 +197,9 @@ pub struct Status {
     /// those reads returned: a ratio near 1 means every read cost one page.
     pub source_keys_walked: u64,
     pub source_keys_returned: u64,
+    /// The most keys one source read walked: etcd holds its index read lock, which the
+    /// source's writers wait for, for the whole walk (about 170 ns a key).
+    pub source_longest_walk: u64,
     /// Time the genesis scan waited for the target to take what was read ahead.
     pub reader_stall_seconds: f64,
     /// Times a chain of pipelined Txns broke (a Txn failed with later ones in flight) and
@@ -227,6 +230,19 @@ pub struct Status {
 }
 
 impl Status {
+    /// Accounts one paged source read: `count` keys walked (the reply's count), `returned`
+    /// keys returned.
+    pub fn note_source_read(&mut self, count: i64, returned: usize) {
+        self.note_source_walk(u64::try_from(count).unwrap_or(0));
+        self.source_keys_returned += returned as u64;
+    }
+
+    /// Accounts one source read that walked `walked` keys.
+    pub fn note_source_walk(&mut self, walked: u64) {
+        self.source_keys_walked += walked;
+        self.source_longest_walk = self.source_longest_walk.max(walked);
+    }
+
     /// Sets a condition, keeping `lastTransitionTime` when the status does not flip.
     pub fn set_condition(
         &mut self,

@@ -108,7 +108,7 @@ impl Mirror {
         let done = count.on_reply(&r, limit);
         let walked = count.walked() - before;
         let next = if done { None } else { count.cmd() };
-        self.status.source_keys_walked += walked;
+        self.status.note_source_walk(walked);
         match next {
             Some(cmd) => {
                 let seq = self.life.gen_seq;

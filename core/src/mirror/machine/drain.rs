@@ -131,8 +131,7 @@ impl Mirror {
         let target = if self.peers.progress_trusted {
             r.header_revision
         } else {
-            self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
-            self.status.source_keys_returned += r.kvs.len() as u64;
+            self.status.note_source_read(r.count, r.kvs.len());
             let limit = self.cfg.sync.page_key_limit;
             let Some(scan) = self.drain.state.as_mut().and_then(|d| d.scan.as_mut()) else {
                 return;

@@ -285,8 +285,7 @@ impl Mirror {
             return;
         };
         let reply = PageReply::of(&r.kvs, r.more, r.count, false, g.page_limit);
-        self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
-        self.status.source_keys_returned += r.kvs.len() as u64;
+        self.status.note_source_read(r.count, r.kvs.len());
         // Adapt the page to the byte budget (the pager aims each bound at the limit).
         if page_bytes > budget {
             g.page_limit = (g.page_limit / 2).max(1);
@@ -465,8 +464,7 @@ impl Mirror {
     /// about `D` unless `H >= D`.
     pub(super) fn on_untrusted_probe(&mut self, now: Instant, r: RangeReply) {
         self.observe_source_rev(now, r.header_revision);
-        self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
-        self.status.source_keys_returned += r.kvs.len() as u64;
+        self.status.note_source_read(r.count, r.kvs.len());
         let limit = self.cfg.sync.page_key_limit;
         let committing = self.committing();
         let Some(g) = &mut self.gen else { return };

@@ -189,8 +189,7 @@ impl Mirror {
         });
         let listed = super::genesis::keep_inside(&mut r.kvs, window.as_ref());
         if source {
-            self.status.source_keys_walked += u64::try_from(r.count).unwrap_or(0);
-            self.status.source_keys_returned += r.kvs.len() as u64;
+            self.status.note_source_read(r.count, r.kvs.len());
         }
         let limit = self.cfg.sync.page_key_limit;
         let Some(p) = &mut self.recon.pass else {
