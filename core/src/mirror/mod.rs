@@ -8,6 +8,7 @@ pub mod io;
 pub mod keys;
 mod machine;
 pub mod pager;
+mod point_map;
 pub mod status;
 pub mod version;
 

@@ -8,51 +8,63 @@
 //! `count` says the bound held more keys than the page could return, and grows it while
 //! pages come back short. See docs/design.md, "Bounded scans".
 //!
-//! Keys are mapped to points in a 128-bit space: the 16 bytes that follow the longest
-//! common prefix of the window's ends, big-endian and zero-padded. The map is monotone in
-//! key order, which is all the density estimate needs; keys that agree on those 16 bytes
-//! map to one point, and the span then grows until the bound moves past them.
+//! A span is a fraction of the window's key space, as `point_map.rs` divides it: monotone
+//! in key order, and learned from the byte values the keys use, so that the gaps between
+//! them take little space. A bound is found in the points of a local base, the longest
+//! prefix of the cursor whose share of the space is still much wider than the span, so a
+//! page resolves keys that share a long prefix (`/registry/pods/kube-system/…`) as finely
+//! as any others.
 
 use std::collections::BTreeMap;
 
 use super::keys::{before_end, Window};
+use super::point_map::PointMap;
 use crate::etcd::KeyValue;
 
-/// Span of the first page of a window, in points: small, so the first request of an
-/// unknown key distribution walks little; empty pages grow it fast.
-const FIRST_SPAN: u128 = 1 << 40;
+/// Span of the first page of a window, as a fraction of its key space: small, so the first
+/// request of an unknown key distribution walks little; empty pages grow it fast.
+const FIRST_SPAN: f64 = 1.0 / (1u128 << 88) as f64;
 /// How much an empty page widens the span before any key was seen in the window.
-const EMPTY_GROWTH: u128 = 16;
+const EMPTY_GROWTH: f64 = 16.0;
 /// How much a short page may widen the span at most.
-const SHORT_GROWTH: u128 = 2;
+const SHORT_GROWTH: f64 = 2.0;
+/// The smallest span: below it an `f64` fraction of the space stops meaning anything.
+const MIN_SPAN: f64 = 1e-280;
+/// How much wider than the span a local base must be: a span is then at most 2^-32 of the
+/// base's 2^128 points, so it resolves to a bound at least that finely.
+const BASE_MARGIN: f64 = (1u64 << 32) as f64;
+/// 2^128, to turn fractions of a base into its points.
+const POINTS: f64 = 340_282_366_920_938_463_463_374_607_431_768_211_456.0;
 
-/// Where a window's keys began when a pager last found them, and the span that fit there.
+/// Where a window's keys began when a pager last found them, and the bound that fit there.
 ///
 /// etcd offers no read that finds the next key without walking up to it, so a pager that
 /// knows nothing grows its span across the empty space before a window's first keys, and
 /// the read that reaches them spans far more than one page: it walks the whole first run
 /// of keys at once (every key of a window whose keys share a long prefix). A pager that
-/// holds a hint reads from the window's start to just past `gap_end` instead, walking the
-/// gap (empty when the hint was learned) and one page of keys. A stale hint costs at most
-/// the walk it was meant to save; it never changes what is read. See docs/design.md,
-/// "Bounded scans".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// holds a hint reads from the window's start to `reach` instead, walking the gap (empty
+/// when the hint was learned) and one page of keys. A stale hint costs at most the walk it
+/// was meant to save; it never changes what is read. See docs/design.md, "Bounded scans".
+///
+/// Both ends are keys, not points: each pager learns its own map.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hint {
-    /// The point of the first key found (or, learned by a count, where the first read that
-    /// found keys began: a count does not see its keys).
-    gap_end: u128,
-    /// The span learned there.
-    span: u128,
+    /// The first key found (or, learned by a count, where the first read that found keys
+    /// began: a count does not see its keys).
+    gap_end: Vec<u8>,
+    /// The bound of a read from `gap_end` that fits one page, as learned there.
+    reach: Vec<u8>,
 }
 
 /// Hints by window start, handed from one paged read to the next over the same windows.
 pub type Hints = BTreeMap<Vec<u8>, Hint>;
 
 /// The density state of one paged read (one per scan, sweep or pass side).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pager {
-    /// Points the next page should span; 0 = nothing learned yet in this window.
-    span: u128,
+    /// The fraction of the window's key space the next page should span; 0 = nothing
+    /// learned yet in this window.
+    span: f64,
     /// Whether a page of this window returned keys: empty pages then widen the span by
     /// doubling only, since a gap between key clusters ends where density resumes.
     seen: bool,
@@ -61,6 +73,8 @@ pub struct Pager {
     pub returned: u64,
     /// What earlier reads learned of where each window's keys begin (kept across windows).
     hints: Hints,
+    /// Keys to points, learned from the keys read (kept across windows).
+    map: PointMap,
 }
 
 /// What one page taught the pager.
@@ -129,26 +143,36 @@ impl Pager {
         &self.hints
     }
 
-    /// The hint that shapes the read at point `from` of `window`: only a window's first
-    /// read that found nothing yet, and only before the gap's end.
-    fn hint_at(&self, window: &Window, from: u128) -> Option<Hint> {
-        if self.span != 0 || self.seen {
+    /// The hint that shapes the read at `from` in `window`: only a window's first read
+    /// that found nothing yet, and only before the gap's end.
+    fn hint_at(&self, window: &Window, from: &[u8]) -> Option<&Hint> {
+        if self.span != 0.0 || self.seen {
             return None;
         }
         self.hints
             .get(&window.start)
-            .copied()
-            .filter(|h| from < h.gap_end)
+            .filter(|h| from < h.gap_end.as_slice())
     }
 
     /// The span a reply is judged against, and whether a hint shaped the read.
-    fn span_for(&self, window: &Window, cursor: &[u8]) -> (u128, bool) {
-        let base = common_prefix(&window.start, &window.end);
-        match self.hint_at(window, point(base, cursor)) {
-            Some(h) => (h.span, true),
-            None if self.span == 0 => (FIRST_SPAN, false),
+    fn span_for(&self, window: &Window, cursor: &[u8]) -> (f64, bool) {
+        match self.hint_at(window, cursor) {
+            Some(h) => (self.distance(window, &h.gap_end, &h.reach), true),
+            None if self.span == 0.0 => (FIRST_SPAN, false),
             None => (self.span, false),
         }
+    }
+
+    /// The fraction of `window`'s key space between keys `a <= b`, found in the points of
+    /// their common prefix (so that it resolves keys that share a long one).
+    fn distance(&self, window: &Window, a: &[u8], b: &[u8]) -> f64 {
+        distance_in(&self.map, window, a, b)
+    }
+
+    /// The first key at least `span` past `from` in `window`, found in the points of the
+    /// longest prefix of `from` wide enough for it; the window's end when none is.
+    fn reach(&self, window: &Window, from: &[u8], span: f64) -> Vec<u8> {
+        reach_in(&self.map, window, from, span)
     }
 
     /// Records where keys began, after the first read of a window that found any: `first`
@@ -165,17 +189,16 @@ impl Pager {
         if !self.seen || was_seen {
             return;
         }
-        let base = common_prefix(&window.start, &window.end);
         let gap_end = match (hinted, self.hints.get(&window.start), first) {
             // Keys written into the gap since the hint was learned move it back.
-            (true, Some(h), Some(first)) => h.gap_end.min(point(base, first)),
+            (true, Some(h), Some(first)) => h.gap_end.as_slice().min(first).to_vec(),
             // A count read from the window's start says nothing finer than the hint.
-            (true, Some(h), None) => h.gap_end,
-            (_, _, first) => point(base, first.unwrap_or(cursor)),
+            (true, Some(_), None) => return,
+            (_, _, first) => first.unwrap_or(cursor).to_vec(),
         };
-        let span = self.span.max(1);
+        let reach = self.reach(window, &gap_end, self.span);
         self.hints
-            .insert(window.start.clone(), Hint { gap_end, span });
+            .insert(window.start.clone(), Hint { gap_end, reach });
     }
 
     /// The `[key, range_end)` of the page at `cursor` in `window`.
@@ -193,36 +216,30 @@ impl Pager {
 
     /// Forgets the density learned, for a new window.
     pub fn reset(&mut self) {
-        self.span = 0;
+        self.span = 0.0;
         self.seen = false;
     }
 
     /// The exclusive upper bound of the page that starts at `cursor` in `window`:
     /// always after `cursor`, never past the window's end.
     pub fn bound(&self, window: &Window, cursor: &[u8]) -> Vec<u8> {
-        let span = if self.span == 0 {
-            FIRST_SPAN
+        let bound = match self.hint_at(window, cursor) {
+            Some(h) => clip(h.reach.clone(), window),
+            None => {
+                let span = if self.span == 0.0 {
+                    FIRST_SPAN
+                } else {
+                    self.span
+                };
+                self.reach(window, cursor, span)
+            }
+        };
+        if bound == window.end || bound.as_slice() > cursor {
+            bound
         } else {
-            self.span
-        };
-        let base = common_prefix(&window.start, &window.end);
-        let from = point(base, cursor);
-        let to = match self.hint_at(window, from) {
-            Some(h) => h.gap_end.checked_add(h.span),
-            None => from.checked_add(span),
-        };
-        let Some(to) = to else {
-            return window.end.clone();
-        };
-        let bound = key_at(&window.start[..base], to);
-        if bound.as_slice() <= cursor {
-            // The cursor is longer than the map resolves: step to the next point.
-            return match from.checked_add(1) {
-                Some(p) => clip(key_at(&window.start[..base], p), window),
-                None => window.end.clone(),
-            };
+            // The cursor is longer than the map resolves: the next key after it.
+            next_key(cursor)
         }
-        clip(bound, window)
     }
 
     /// Learns from the reply to the page `[cursor, bound)` and says where to go on.
@@ -238,8 +255,30 @@ impl Pager {
         let (span, hinted) = self.span_for(window, cursor);
         let was_seen = self.seen;
         let next = self.advance_span(window, cursor, bound, span, reply);
+        self.learn_bytes(window, &next, [reply.first, reply.last]);
         self.learn(window, cursor, reply.first, hinted, was_seen);
         next
+    }
+
+    /// Teaches the map the byte values of `keys`. When that changes the map, the span of
+    /// the page at `next` is carried over as the same keys, measured anew.
+    fn learn_bytes(&mut self, window: &Window, next: &Next, keys: [Option<&[u8]>; 2]) {
+        let base = common_prefix(&window.start, &window.end);
+        let old = self.map.clone();
+        let mut changed = false;
+        for key in keys.into_iter().flatten() {
+            changed |= self.map.learn(key.get(base..).unwrap_or(&[]));
+        }
+        let Next::From(from) = next else {
+            return;
+        };
+        if !changed || self.span == 0.0 {
+            return;
+        }
+        let to = reach_in(&old, window, from, self.span);
+        if to != window.end {
+            self.span = self.distance(window, from, &to).max(MIN_SPAN);
+        }
     }
 
     fn advance_span(
@@ -247,11 +286,11 @@ impl Pager {
         window: &Window,
         cursor: &[u8],
         bound: &[u8],
-        span: u128,
+        span: f64,
         reply: PageReply<'_>,
     ) -> Next {
         // Aim below the limit, so that most pages end at their bound (walk == return).
-        let aim = u128::from(reply.limit.max(4)) * 3 / 4;
+        let aim = f64::from(reply.limit.max(4)) * 0.75;
         self.seen |= reply.returned > 0;
         // Only foreign keys listed, and the server counts none in the span: nothing to
         // read again there (a server that lists keys it was not asked for on every page
@@ -261,36 +300,30 @@ impl Pager {
             // The bound held more keys than the limit. Keys cluster (a common prefix, then
             // digits), so the density of the whole requested span says little; the keys
             // the page returned say how far `aim` keys reach from here.
-            let count = u128::try_from(reply.count.max(1)).unwrap_or(1);
-            let by_count = span.saturating_mul(aim) / count;
+            let count = reply.count.max(1) as f64;
+            let by_count = span * aim / count;
             return match reply.last {
                 Some(last) => {
-                    let base = common_prefix(&window.start, &window.end);
                     // The keys' own spread, not the empty space before them, when the page
                     // has enough of them to show one.
                     let from = match reply.first {
                         Some(first) if reply.returned >= 2 => first,
                         _ => cursor,
                     };
-                    let used = point(base, last).saturating_sub(point(base, from)) + 1;
-                    let by_page = used.saturating_mul(aim) / (reply.returned.max(1) as u128);
-                    self.span = by_count.min(by_page).max(1);
+                    let used = self.distance(window, from, &next_key(last));
+                    let by_page = used * aim / reply.returned.max(1) as f64;
+                    self.span = by_count.min(by_page).max(MIN_SPAN);
                     Next::From(next_key(last))
                 }
                 // Only keys outside the window were listed: read the same page again with
                 // a narrower span.
                 None => {
-                    self.span = by_count.max(1);
+                    self.span = by_count.max(MIN_SPAN);
                     Next::From(cursor.to_vec())
                 }
             };
         }
-        let returned = reply.returned as u128;
-        self.span = match aim.checked_div(returned) {
-            // An empty page: nothing learned but that the span held no key.
-            None => span.saturating_mul(if self.seen { 2 } else { EMPTY_GROWTH }),
-            Some(ratio) => span.saturating_mul(ratio.clamp(1, SHORT_GROWTH)),
-        };
+        self.span = grown(span, reply.returned as f64, aim, self.seen);
         if bound == window.end.as_slice() || !before_end(bound, &window.end) {
             Next::Done
         } else {
@@ -315,15 +348,13 @@ impl Pager {
         self.walked += count;
         let (span, hinted) = self.span_for(window, cursor);
         let was_seen = self.seen;
-        let aim = u128::from(limit.max(4)) * 3 / 4;
+        let aim = f64::from(limit.max(4)) * 0.75;
         self.seen |= count > 0;
-        let count = u128::from(count);
-        self.span = if count == 0 {
-            span.saturating_mul(if self.seen { 2 } else { EMPTY_GROWTH })
-        } else if count > aim {
-            (span.saturating_mul(aim) / count).max(1)
+        let count = count as f64;
+        self.span = if count > aim {
+            (span * aim / count).max(MIN_SPAN)
         } else {
-            span.saturating_mul((aim / count).clamp(1, SHORT_GROWTH))
+            grown(span, count, aim, self.seen)
         };
         self.learn(window, cursor, None, hinted, was_seen);
         if bound == window.end.as_slice() || !before_end(bound, &window.end) {
@@ -334,30 +365,82 @@ impl Pager {
     }
 }
 
+/// The span after a read of `span` that found `found` keys, no more than `aim`: an empty
+/// one grows fast until the window's first keys (then by doubling, since a gap between key
+/// clusters ends where density resumes), a short one by what it lacked, at most twice.
+fn grown(span: f64, found: f64, aim: f64, seen: bool) -> f64 {
+    let factor = if found == 0.0 {
+        if seen {
+            2.0
+        } else {
+            EMPTY_GROWTH
+        }
+    } else {
+        (aim / found).floor().clamp(1.0, SHORT_GROWTH)
+    };
+    (span * factor).min(1.0)
+}
+
+/// [`Pager::distance`] in `map`.
+fn distance_in(map: &PointMap, window: &Window, a: &[u8], b: &[u8]) -> f64 {
+    let base = common_prefix(&window.start, &window.end);
+    let common = a
+        .iter()
+        .zip(b)
+        .take_while(|(x, y)| x == y)
+        .count()
+        .max(base);
+    let (Some(ta), Some(tb)) = (a.get(common..), b.get(common..)) else {
+        return 0.0;
+    };
+    let width = map.width(&a[base..common]);
+    let points = map.point(tb).saturating_sub(map.point(ta));
+    width * (points as f64 / POINTS)
+}
+
+/// [`Pager::reach`] in `map`.
+fn reach_in(map: &PointMap, window: &Window, from: &[u8], span: f64) -> Vec<u8> {
+    let base = common_prefix(&window.start, &window.end);
+    let Some(tail) = from.get(base..) else {
+        return window.end.clone();
+    };
+    // The longest prefix of `from` whose share is at least BASE_MARGIN spans wide.
+    let mut local = base;
+    let mut width = 1.0f64;
+    for &b in tail {
+        let w = width * map.width(&[b]);
+        if w < span * BASE_MARGIN {
+            break;
+        }
+        width = w;
+        local += 1;
+    }
+    // Shorter bases until the bound fits under one.
+    loop {
+        let points = (span / width * POINTS).min(POINTS);
+        // `points` < 2^128 unless the span is the whole base: that saturates, as it should.
+        let add = points as u128;
+        let bound = map
+            .point(&from[local..])
+            .checked_add(add.max(1))
+            .and_then(|p| map.key_at(&from[..local], p));
+        if let Some(bound) = bound {
+            return clip(bound, window);
+        }
+        if local == base {
+            return window.end.clone();
+        }
+        local -= 1;
+        width /= map.width(&from[local..=local]);
+    }
+}
+
 /// Bytes that every key of the window shares (the end `[0]`, +infinity, shares none).
 fn common_prefix(start: &[u8], end: &[u8]) -> usize {
     if end == [0] {
         return 0;
     }
     start.iter().zip(end).take_while(|(a, b)| a == b).count()
-}
-
-/// The point of `key`: its 16 bytes after `base`, big-endian, zero-padded.
-fn point(base: usize, key: &[u8]) -> u128 {
-    let mut b = [0u8; 16];
-    let tail = key.get(base..).unwrap_or(&[]);
-    let n = tail.len().min(16);
-    b[..n].copy_from_slice(&tail[..n]);
-    u128::from_be_bytes(b)
-}
-
-/// The shortest key at `p`: the base, then the point's bytes without trailing zeros.
-fn key_at(base: &[u8], p: u128) -> Vec<u8> {
-    let b = p.to_be_bytes();
-    let len = 16 - b.iter().rev().take_while(|&&x| x == 0).count();
-    let mut k = base.to_vec();
-    k.extend_from_slice(&b[..len]);
-    k
 }
 
 fn clip(bound: Vec<u8>, window: &Window) -> Vec<u8> {
@@ -451,6 +534,26 @@ mod tests {
         // leave a gap at every carry, and the first page past a gap may walk the block
         // behind it: about one extra walk of the range per decimal scale above the page.
         assert!(walked < 5 * 20_000, "walked {walked} keys for 20000");
+    }
+
+    #[test]
+    fn keys_under_a_long_shared_prefix_are_paged_finely() {
+        // Every key shares 28 bytes after the window's own prefix, more than a 128-bit
+        // point resolves: the bound must be found under a longer, local base, or each page
+        // walks the rest of the run.
+        let keys: BTreeSet<Vec<u8>> = (0..20_000u32)
+            .map(|i| {
+                format!(
+                    "/registry/pods/kube-system/coredns-{:08x}",
+                    i.wrapping_mul(2_654_435_761)
+                )
+                .into_bytes()
+            })
+            .collect();
+        let (read, walked) = page_all(&keys, &window(b"/registry/"), 1000);
+        assert_eq!(read, keys.iter().cloned().collect::<Vec<_>>());
+        // One walk of the run by the first read that reaches it, one by the pages.
+        assert!(walked < 3 * 20_000, "walked {walked} keys for 20000");
     }
 
     #[test]
