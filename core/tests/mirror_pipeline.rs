@@ -253,3 +253,61 @@ fn a_success_after_an_unknown_outcome_proves_the_unknown_one_applied() {
         }
     }
 }
+
+/// Sends one Txn per revision from `rev` on until the chain is full; returns them.
+fn fill(h: &mut Harness, w: u64, rev: &mut i64) -> Vec<(CommandId, Command)> {
+    let mut sent = Vec::new();
+    loop {
+        *rev += 1;
+        let key = format!("/app/k{rev}");
+        let cmds = revision(h, w, *rev, key.as_bytes());
+        if cmds.is_empty() {
+            return sent;
+        }
+        sent.extend(cmds);
+    }
+}
+
+#[test]
+fn a_reorder_halves_the_depth_and_it_then_grows_by_one_per_round() {
+    let (mut h, w) = tailing(16, 38);
+    let mut rev = 100;
+    // Grow the depth one applied Txn at a time, over a 20 ms round trip (room for 12).
+    let mut sent = Vec::new();
+    for _ in 0..7 {
+        sent.extend(fill(&mut h, w, &mut rev));
+        h.advance(Duration::from_millis(20));
+        for (id, _) in std::mem::take(&mut sent) {
+            h.done(id, Ok(txn_ok(30)));
+        }
+        // What waited for room goes out now.
+        sent = h.drain();
+    }
+    sent.extend(fill(&mut h, w, &mut rev));
+    let before = sent.len();
+    assert!(before >= 8, "the depth grew to {before}");
+    // The second Txn reached etcd first: its compare saw the record before its predecessor's.
+    let durable = h.applied_fence.clone();
+    h.done(sent[1].0, Ok(compare_failed(&durable, 40)));
+    let (again, _) = one(h.drain());
+    h.advance(Duration::from_millis(20));
+    h.done(sent[0].0, Ok(txn_ok(41)));
+    h.done(again, Ok(txn_ok(42)));
+    for (id, _) in &sent[2..] {
+        h.done(*id, Ok(txn_ok(43)));
+    }
+    assert_eq!(h.m.status().chain_reorders, 1);
+    assert_eq!(h.m.status().chain_breaks, 0);
+    // Half the depth, plus one per round of Txns applied since (11 Txns: two rounds).
+    let mut after = h.drain();
+    after.extend(fill(&mut h, w, &mut rev));
+    let after = after.len();
+    assert!(
+        after <= before / 2 + 2,
+        "{after} in flight after a reorder at {before}"
+    );
+    assert!(
+        after >= before / 2,
+        "{after} in flight after a reorder at {before}"
+    );
+}

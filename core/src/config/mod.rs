@@ -193,10 +193,10 @@ pub struct SyncSpec {
     #[cfg_attr(feature = "schema", schemars(range(min = 1024, max = 100_663_296)))]
     #[serde(default = "default_txn_flush_bytes")]
     pub txn_flush_bytes: u64,
-    /// Most fenced Txns in flight at once (scan and tail writes; each builds on the one
-    /// before it). 1 sends one Txn per round trip. More helps a distant target, but etcd
-    /// runs concurrent requests in no useful order and early Txns are sent again, which
-    /// makes a nearby target slower: measured in README "Benchmarks".
+    /// Most fenced Txns in flight at once (genesis pages and tail writes). 1 sends one Txn
+    /// per round trip. Genesis pages commute and use the depth fully; tail writes chain, and
+    /// since etcd runs concurrent requests in no useful order, the tail halves its depth
+    /// whenever a Txn arrives before its predecessor. Measured in README "Benchmarks".
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 64)))]
     #[serde(default = "default_max_txns_in_flight")]
     pub max_txns_in_flight: u32,
@@ -346,7 +346,7 @@ fn default_txn_flush_bytes() -> u64 {
     1 << 20
 }
 fn default_max_txns_in_flight() -> u32 {
-    1
+    16
 }
 fn default_page_key_limit() -> u32 {
     // Also the keys one bounded count read walks under the source's index lock; scan

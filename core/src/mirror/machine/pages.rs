@@ -273,7 +273,8 @@ impl Mirror {
                     None => rtt,
                     Some(old) => (old * 7 + rtt) / 8,
                 });
-                self.pipeline.depth = (self.pipeline.depth + 1).min(pipeline::MAX_DEPTH);
+                // Pages commute, so the depth grows by one per page however the tail fared.
+                self.pipeline.depth = (self.pipeline.depth + 1).min(self.depth_cap());
                 self.page_applied(now, i);
             }
             Ok(t) => {

@@ -41,6 +41,14 @@ pub(super) struct Pipeline {
     /// How many Txns may be in flight now (grows by one per applied Txn up to the limit
     /// derived from the commit round trip; back to one after a break).
     pub(super) depth: usize,
+    /// Set once etcd reordered the chain: the depth then grows by one per `depth` applied
+    /// Txns, not per Txn, and each reorder halves it (see [`Pipeline::on_reorder`]).
+    pub(super) additive: bool,
+    /// Applied Txns since the depth last grew, in additive growth.
+    pub(super) credit: usize,
+    /// The first sequence number sent after the last halving: a reorder of an earlier
+    /// Txn is the same congestion, and does not halve the depth again.
+    pub(super) halved_before: u64,
     /// Smoothed commit round trip.
     pub(super) commit_rtt: Option<Duration>,
 }
@@ -56,9 +64,40 @@ impl Pipeline {
             resolving: false,
             broken: None,
             depth: 1,
+            additive: false,
+            credit: 0,
+            halved_before: 0,
             commit_rtt: None,
             copy_seq: 0,
         }
+    }
+
+    /// A chained Txn applied: the depth grows, by one per Txn until etcd first reordered
+    /// the chain, then by one per `depth` Txns.
+    /// Never past `cap`, what the configuration and the round trip allow: a depth that was
+    /// never used says nothing, and would take that much longer to halve.
+    pub(super) fn grow(&mut self, cap: usize) {
+        if self.additive {
+            self.credit += 1;
+            if self.credit < self.depth {
+                return;
+            }
+            self.credit = 0;
+        }
+        self.depth = (self.depth + 1).min(cap);
+    }
+
+    /// Txn `seq` reached etcd before its predecessor. Concurrency beyond what etcd keeps in
+    /// order buys nothing but re-sends (measured next to a target, README "Benchmarks"), so
+    /// the depth halves, once per burst: Txns sent before the last halving do not count.
+    pub(super) fn on_reorder(&mut self, seq: u64) {
+        self.additive = true;
+        if seq < self.halved_before {
+            return;
+        }
+        self.depth = (self.depth / 2).max(1);
+        self.credit = 0;
+        self.halved_before = self.next_seq;
     }
 }
 
@@ -105,12 +144,17 @@ impl Mirror {
     /// How many Txns may be in flight: the configured limit, the round trip's needs, and
     /// the slow start after a break.
     pub(super) fn depth_limit(&self) -> usize {
+        self.depth_cap().min(self.pipeline.depth.max(1))
+    }
+
+    /// The configured limit and the round trip's needs: what the depth grows to.
+    pub(super) fn depth_cap(&self) -> usize {
         let cap = (self.cfg.sync.max_txns_in_flight as usize).clamp(1, MAX_DEPTH);
         let by_rtt = self.pipeline.commit_rtt.map_or(cap, |rtt| {
             let n = rtt.as_micros() / TARGET_TXN_COST.as_micros().max(1);
             usize::try_from(n).unwrap_or(MAX_DEPTH).saturating_add(2)
         });
-        cap.min(by_rtt).min(self.pipeline.depth.max(1))
+        cap.min(by_rtt)
     }
 
     /// Whether `work` may join the Txns in flight (only scan and tail writes are chained;
@@ -187,6 +231,7 @@ impl Mirror {
                 // it did not apply, and it is sent again as it was, so the Txns after it,
                 // built on its record, stay valid.
                 self.status.chain_reorders += 1;
+                self.pipeline.on_reorder(seq);
                 let txn = self.fenced_txn(&c);
                 let mut c = c;
                 c.resends += 1;
@@ -241,7 +286,8 @@ impl Mirror {
                         self.commit_applied(now, earlier, 0);
                     }
                     if self.pipeline.broken.is_none() {
-                        self.pipeline.depth = (self.pipeline.depth + 1).min(MAX_DEPTH);
+                        let cap = self.depth_cap();
+                        self.pipeline.grow(cap);
                     }
                     self.commit_applied(now, c, t.header_revision);
                 }
