@@ -264,15 +264,19 @@ impl Pager {
     /// the page at `next` is carried over as the same keys, measured anew.
     fn learn_bytes(&mut self, window: &Window, next: &Next, keys: [Option<&[u8]>; 2]) {
         let base = common_prefix(&window.start, &window.end);
+        let tails = keys.map(|k| k.map(|k| k.get(base..).unwrap_or(&[])));
+        if tails.iter().flatten().all(|t| self.map.knows(t)) {
+            // Most pages: nothing new, and no copy of the map to make.
+            return;
+        }
         let old = self.map.clone();
-        let mut changed = false;
-        for key in keys.into_iter().flatten() {
-            changed |= self.map.learn(key.get(base..).unwrap_or(&[]));
+        for tail in tails.into_iter().flatten() {
+            self.map.learn(tail);
         }
         let Next::From(from) = next else {
             return;
         };
-        if !changed || self.span == 0.0 {
+        if self.span == 0.0 {
             return;
         }
         let to = reach_in(&old, window, from, self.span);

@@ -55,6 +55,11 @@ impl PointMap {
         (lo.into(), (hi - lo).into(), self.cum[256].into())
     }
 
+    /// Whether every byte value of `tail` that [`PointMap::learn`] would read is known.
+    pub(crate) fn knows(&self, tail: &[u8]) -> bool {
+        tail.iter().take(LEARNED_BYTES).all(|&b| self.is_seen(b))
+    }
+
     /// Marks the byte values of `tail` as used; says whether the map changed (points of the
     /// old map then mean nothing to the new one).
     pub(crate) fn learn(&mut self, tail: &[u8]) -> bool {
@@ -186,7 +191,7 @@ mod tests {
 
     proptest! {
         /// The map is monotone, and `key_at` is a ceiling: what it returns maps at or
-        /// above the point, and every key above the returned key's point... is after it.
+        /// above the point, and every key that maps below the point comes before it.
         #[test]
         fn monotone_and_key_at_is_a_ceiling(
             seen in proptest::collection::vec(any::<u8>(), 0..40),
