@@ -39,6 +39,9 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 # etcd-client's protos import google/protobuf/*.proto; Debian ships those in libprotobuf-dev
 # (only a Recommends of protobuf-compiler, so a minimal image can have protoc without them).
 [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(libprotobuf-dev)
+# The binaries' allocator (tikv-jemalloc-sys) builds jemalloc from source with make and cc.
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
 # The TLS integration tests mint a throwaway CA with the openssl CLI.
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # The operator test drives the conformance apiserver with a real kubectl; Debian's is

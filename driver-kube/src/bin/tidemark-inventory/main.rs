@@ -10,6 +10,11 @@ use run::run;
 use std::process::ExitCode;
 use tidemark_runtime::logging;
 
+/// jemalloc with one arena (.cargo/config.toml), as in `tidemark-mirror`: glibc malloc's
+/// per-thread arenas hold freed memory (docs/design.md, "Memory").
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
