@@ -7,7 +7,8 @@
 #       TAIL_OPS-op Txns
 #   (e) the agent's peak RSS (VmHWM) over (b) and (d)
 #   (f) the source's own put latency (LAT_RATE puts/s for LAT_SECONDS): with no mirror
-#       running, then while a second genesis runs into a fresh target etcd; p99 ratio
+#       running, then while a second genesis runs into a fresh target etcd; p99 ratio, puts
+#       over SLOW_MS and, in the JSON, when each stall of the source began and how long it was
 #   (g) WAN (skip with WAN=0): a fresh target etcd behind a userspace delay line of RTT_MS
 #       (`tidemark-bench delay-proxy`); raw ingest through it at depth 1 and DEPTH
 #       (WAN_RAW_N keys), a genesis of N_WAN keys through it, and the tail at TAIL_RATE
@@ -43,6 +44,7 @@ LAG_SECONDS="${LAG_SECONDS:-10}"
 MM_SECONDS="${MM_SECONDS:-20}"
 LAT_RATE="${LAT_RATE:-1000}"     # source-latency puts/s
 LAT_SECONDS="${LAT_SECONDS:-10}"
+SLOW_MS="${SLOW_MS:-20}"         # source puts slower than this are counted and grouped into stalls
 WAN="${WAN:-1}"
 RTT_MS="${RTT_MS:-50}"
 N_WAN="${N_WAN:-$N}"
@@ -297,7 +299,7 @@ MM_RATE="$(calc "$MM_KEYS / $MM_SECS")"
 
 say "(f) source put latency, no mirror running: $LAT_RATE puts/s for ${LAT_SECONDS}s"
 "$BENCH" source-latency --endpoint "$SRC" --prefix /bench/lat/base/ --seconds "$LAT_SECONDS" \
-  --rate "$LAT_RATE" --value-bytes "$VALUE_BYTES" >"$WORK/lat-base.json"
+  --rate "$LAT_RATE" --value-bytes "$VALUE_BYTES" --slow-ms "$SLOW_MS" >"$WORK/lat-base.json"
 
 say "(f) source put latency during a genesis into a fresh target etcd"
 start_etcd target2 TGT2
@@ -305,7 +307,7 @@ GEN2_KEYS="$("$BENCH" count --endpoint "$SRC" --prefix /bench/)"
 start_mirror latgen "$SRC" /bench/ "$TGT2" /mirror/
 LAT_T0="$(date +%s.%N)"
 "$BENCH" source-latency --endpoint "$SRC" --prefix /bench/lat/gen/ --seconds "$LAT_SECONDS" \
-  --rate "$LAT_RATE" --value-bytes "$VALUE_BYTES" >"$WORK/lat-gen.json" &
+  --rate "$LAT_RATE" --value-bytes "$VALUE_BYTES" --slow-ms "$SLOW_MS" >"$WORK/lat-gen.json" &
 LAT_PID=$!
 PIDS+=("$LAT_PID")
 wait_genesis latgen
@@ -327,6 +329,10 @@ LAT_GEN_MAX="$(json "$WORK/lat-gen.json" maxMs)"
 LAT_GEN_RATE="$(json "$WORK/lat-gen.json" achievedRate)"
 LAT_ERRORS="$(( $(json "$WORK/lat-base.json" errors) + $(json "$WORK/lat-gen.json" errors) ))"
 LAT_RATIO="$(ratio "$LAT_GEN_P99" "$LAT_BASE_P99")"
+LAT_BASE_SLOW="$(json "$WORK/lat-base.json" slowCount)"
+LAT_GEN_SLOW="$(json "$WORK/lat-gen.json" slowCount)"
+# [start ms, worst ms] per stall of the source during the genesis, earliest first.
+LAT_GEN_STALLS="$(grep -o '"stalls":\[\(\[[^]]*\],\?\)*\]' "$WORK/lat-gen.json" | cut -d: -f2-)"
 
 if [ "$WAN" = 1 ]; then
   say "(g) WAN: a fresh target etcd (--max-txn-ops $WAN_MAX_TXN_OPS) behind a ${RTT_MS} ms RTT delay line"
@@ -413,6 +419,8 @@ cat >"$OUT" <<EOF
     "duringGenesisRateAchieved": $(f0 "$LAT_GEN_RATE"),
     "duringGenesisP50Ms": $(f2 "$LAT_GEN_P50"), "duringGenesisP99Ms": $(f2 "$LAT_GEN_P99"), "duringGenesisMaxMs": $(f2 "$LAT_GEN_MAX"),
     "p99Ratio": $(f2 "$LAT_RATIO"),
+    "slowMs": $SLOW_MS, "baselineSlowPuts": $(f0 "$LAT_BASE_SLOW"), "duringGenesisSlowPuts": $(f0 "$LAT_GEN_SLOW"),
+    "duringGenesisStalls": ${LAT_GEN_STALLS:-null},
     "genesisKeys": $GEN2_KEYS, "genesisSeconds": $(f2 "$GEN2_SECS"),
     "genesisCoverage": $(f2 "$LAT_COVER")
   },
@@ -450,6 +458,7 @@ row "(e) agent peak RSS (MiB)" "$(t2 "$(calc "$RSS_KB / 1024")")" "<= 64 (1M key
 row "(f) source put p99, no mirror (ms)" "$(t2 "$LAT_BASE_P99")"
 row "(f) source put p99, during genesis (ms)" "$(t2 "$LAT_GEN_P99")"
 row "(f) p99 during / no mirror" "$(t2 "$LAT_RATIO")" "<= 2"
+row "(f) puts over $SLOW_MS ms, no mirror / during genesis" "$(t0 "$LAT_BASE_SLOW") / $(t0 "$LAT_GEN_SLOW")"
 row "(f) share of the window under genesis" "$(t2 "$LAT_COVER")" "1 (else raise N)"
 [ "$LAT_ERRORS" = 0 ] || row "(f) put errors" "$LAT_ERRORS" "0"
 if [ "$WAN" = 1 ]; then

@@ -86,6 +86,10 @@ enum Cmd {
         rate: u64,
         #[arg(long, default_value_t = 256)]
         value_bytes: usize,
+        /// Also count the puts slower than this and group them into stalls (start offset
+        /// and worst latency, ms), to line the source's stalls up with the mirror's reads.
+        #[arg(long)]
+        slow_ms: Option<f64>,
     },
     /// Forward TCP from LISTEN to UPSTREAM, delaying every byte by RTT_MS/2 each way.
     DelayProxy {
@@ -157,7 +161,8 @@ async fn main() -> anyhow::Result<()> {
             seconds,
             rate,
             value_bytes,
-        } => source_latency(&endpoint, &prefix, seconds, rate, value_bytes).await,
+            slow_ms,
+        } => source_latency(&endpoint, &prefix, seconds, rate, value_bytes, slow_ms).await,
         Cmd::DelayProxy {
             listen,
             upstream,
@@ -368,13 +373,15 @@ async fn source_latency(
     seconds: u64,
     rate: u64,
     value_bytes: usize,
+    slow_ms: Option<f64>,
 ) -> anyhow::Result<()> {
     let mut c = Client::connect([endpoint], None).await.context("connect")?;
     c.status().await.context("warm-up")?;
     let value = vec![b'v'; value_bytes];
     let total = rate * seconds;
     let in_flight = Arc::new(Semaphore::new(MAX_PUTS_IN_FLIGHT));
-    let (tx, mut rx) = mpsc::unbounded_channel::<Result<f64, String>>();
+    // (start offset, latency) in ms, or the error.
+    let (tx, mut rx) = mpsc::unbounded_channel::<Result<(f64, f64), String>>();
     // The timer's resolution is 1 ms; every tick issues the puts that have come due, so
     // rates above 1000/s hold too.
     let mut tick = tokio::time::interval(Duration::from_millis(1));
@@ -390,10 +397,11 @@ async fn source_latency(
             let key = format!("{prefix}{issued:09}");
             tokio::spawn(async move {
                 let start = Instant::now();
+                let at = start.duration_since(t0).as_secs_f64() * 1000.0;
                 let r = c.put(key, value, None).await;
                 let ms = start.elapsed().as_secs_f64() * 1000.0;
                 drop(permit);
-                let _ = tx.send(r.map(|_| ms).map_err(|e| e.to_string()));
+                let _ = tx.send(r.map(|_| (at, ms)).map_err(|e| e.to_string()));
             });
             issued += 1;
         }
@@ -402,9 +410,15 @@ async fn source_latency(
     let mut lat = Vec::with_capacity(total as usize);
     let mut errors = 0u64;
     let mut first_error = None;
+    let mut slow = Vec::new();
     while let Some(r) = rx.recv().await {
         match r {
-            Ok(ms) => lat.push(ms),
+            Ok((at, ms)) => {
+                if slow_ms.is_some_and(|s| ms > s) {
+                    slow.push((at, ms));
+                }
+                lat.push(ms)
+            }
             Err(e) => {
                 errors += 1;
                 first_error.get_or_insert(e);
@@ -425,9 +439,32 @@ async fn source_latency(
             "p50Ms": p50,
             "p99Ms": p99,
             "maxMs": max,
+            "slowCount": slow_ms.map(|_| slow.len()),
+            "stalls": slow_ms.map(|_| stalls(&mut slow)),
         })
     );
     Ok(())
+}
+
+/// Slow puts `(start, latency)` grouped into stalls: puts that started within 5 ms of the
+/// previous slow one belong to the same stall. Each stall is `[start ms, worst latency ms]`;
+/// at most 100, the earliest first.
+fn stalls(slow: &mut [(f64, f64)]) -> Vec<[f64; 2]> {
+    slow.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out: Vec<[f64; 2]> = Vec::new();
+    let mut last = f64::NEG_INFINITY;
+    for &(at, ms) in slow.iter() {
+        match out.last_mut() {
+            Some(s) if at - last <= 5.0 => s[1] = s[1].max(ms),
+            _ => out.push([at, ms]),
+        }
+        last = at;
+    }
+    out.truncate(100);
+    for s in &mut out {
+        *s = [s[0].round(), (s[1] * 10.0).round() / 10.0];
+    }
+    out
 }
 
 /// p50, p99 and max of `v` (sorted in place); NaN when empty.
