@@ -16,6 +16,7 @@ pub mod exec;
 pub mod insecure;
 pub mod metrics;
 pub mod operator;
+pub mod paged;
 pub mod preflight;
 pub mod probe;
 pub mod resource;

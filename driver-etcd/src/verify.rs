@@ -1,13 +1,16 @@
 //! An operator's key-by-key comparison of the target range with the rewritten source range
 //! (`tidemark-mirror verify`), used by the demo and benchmarks to prove convergence.
 //!
-//! It reads both sides unpinned at their latest revisions, so on a live source it can only
-//! be expected to match once the mirror has caught up; callers retry.
+//! It reads each side as one snapshot, at the revision of its first page; the two sides are
+//! read at different moments, so on a live source it can only be expected to match once the
+//! mirror has caught up; callers retry.
 
 use crate::exec::Executor;
-use std::collections::BTreeMap;
+use crate::paged::{PagedReader, PAGE_KEYS};
+use std::cmp::Ordering;
+use std::collections::VecDeque;
 use tidemark_core::classify::Failure;
-use tidemark_core::etcd::{Cluster, Command, RangeRequest, Reply, SortBy};
+use tidemark_core::etcd::Cluster;
 use tidemark_core::mirror::KeySpace;
 
 /// The outcome of one comparison.
@@ -24,7 +27,7 @@ pub struct Comparison {
     pub orphan: u64,
     /// Up to 10 differing keys, redacted.
     pub examples: Vec<String>,
-    /// Source header revision of the first page read.
+    /// The source revision the comparison read (that of its first page).
     pub source_revision: i64,
 }
 
@@ -35,93 +38,92 @@ impl Comparison {
     }
 }
 
-async fn read_all(
-    x: &Executor,
-    cluster: Cluster,
-    start: Vec<u8>,
-    end: Vec<u8>,
-) -> Result<(Vec<(Vec<u8>, Vec<u8>)>, i64), Failure> {
-    let mut out = Vec::new();
-    let mut key = start;
-    let mut first_rev = 0;
-    loop {
-        let r = x
-            .run(Command::Range(RangeRequest {
-                cluster,
-                key: key.clone(),
-                range_end: end.clone(),
-                revision: 0,
-                // Large pages: etcd counts the whole remaining range on every limited
-                // read, so small pages make a full scan quadratic.
-                limit: 10_000,
-                count_only: false,
-                keys_only: false,
-                sort: SortBy::Key,
-            }))
-            .await?;
-        let Reply::Range(r) = r else {
-            return Err(Failure::Unknown {
-                message: "unexpected reply to a range read".into(),
-            });
-        };
-        if first_rev == 0 {
-            first_rev = r.header_revision;
+/// One side of the comparison: its keys in target-key order, a page at a time.
+struct Side<'a> {
+    reader: PagedReader<'a>,
+    /// `(target key, value)` of the page being compared.
+    buf: VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// Maps a listed key to the target key it stands for, or drops it.
+    map: Box<dyn Fn(Vec<u8>) -> Option<Vec<u8>> + 'a>,
+}
+
+impl Side<'_> {
+    /// The next key-value, reading pages (some of them empty) until one has any.
+    async fn front(&mut self) -> Result<Option<&(Vec<u8>, Vec<u8>)>, Failure> {
+        while self.buf.is_empty() {
+            let Some(page) = self.reader.next_page().await? else {
+                break;
+            };
+            let map = &self.map;
+            self.buf.extend(
+                page.into_iter()
+                    .filter_map(|kv| map(kv.key).map(|k| (k, kv.value))),
+            );
         }
-        let last = r.kvs.last().map(|kv| kv.key.clone());
-        out.extend(r.kvs.into_iter().map(|kv| (kv.key, kv.value)));
-        match (r.more, last) {
-            (true, Some(mut k)) => {
-                k.push(0);
-                key = k;
-            }
-            _ => return Ok((out, first_rev)),
-        }
+        Ok(self.buf.front())
     }
 }
 
 /// Compares the whole target range with the rewritten, exclude-filtered source range.
+///
+/// Both sides are read in bounded pages (`paged.rs`), each pinned at its first page's
+/// revision, and merged in key order, so the comparison holds one page of each side in
+/// memory whatever the range's size, and never walks the source's range more than about
+/// three times over.
 pub async fn compare(x: &Executor, ks: &KeySpace) -> Result<Comparison, Failure> {
-    let (ss, se) = ks.source_range();
-    let (ts, te) = ks.target_range();
-    let (src, source_revision) = read_all(x, Cluster::Source, ss, se).await?;
-    let (tgt, _) = read_all(x, Cluster::Target, ts, te).await?;
-    let want: BTreeMap<Vec<u8>, Vec<u8>> = src
-        .into_iter()
-        .filter(|(k, _)| ks.in_scope(k))
-        .filter_map(|(k, v)| ks.rewrite(&k).map(|t| (t, v)))
-        .collect();
-    let have: BTreeMap<Vec<u8>, Vec<u8>> = tgt
-        .into_iter()
-        .filter(|(k, _)| ks.unrewrite(k).is_some())
-        .collect();
-    let mut c = Comparison {
-        source_keys: want.len() as u64,
-        target_keys: have.len() as u64,
-        source_revision,
-        ..Default::default()
+    let mut src = Side {
+        reader: PagedReader::new(x, Cluster::Source, ks.source_windows(), PAGE_KEYS),
+        buf: VecDeque::new(),
+        map: Box::new(|k: Vec<u8>| ks.rewrite(&k)),
     };
+    let mut tgt = Side {
+        reader: PagedReader::new(x, Cluster::Target, ks.target_windows(), PAGE_KEYS),
+        buf: VecDeque::new(),
+        // The fence key (and anything else that maps to no source key) is not compared.
+        map: Box::new(|k: Vec<u8>| ks.unrewrite(&k).is_some().then_some(k)),
+    };
+    let mut c = Comparison::default();
     let note = |c: &mut Comparison, k: &[u8], what: &str| {
         if c.examples.len() < 10 {
             c.examples.push(format!("{what} {}", ks.redact(k)));
         }
     };
-    for (k, v) in &want {
-        match have.get(k) {
-            None => {
-                c.missing += 1;
-                note(&mut c, k, "missing");
+    loop {
+        let s = src.front().await?.cloned();
+        c.source_revision = src.reader.revision();
+        let t = tgt.front().await?;
+        let order = match (&s, t) {
+            (None, None) => break,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some((sk, _)), Some((tk, _))) => sk.cmp(tk),
+        };
+        match order {
+            Ordering::Less => {
+                if let Some((k, _)) = &s {
+                    c.missing += 1;
+                    note(&mut c, k, "missing");
+                }
+                src.buf.pop_front();
+                c.source_keys += 1;
             }
-            Some(tv) if tv != v => {
-                c.divergent += 1;
-                note(&mut c, k, "divergent");
+            Ordering::Greater => {
+                if let Some((k, _)) = tgt.buf.pop_front() {
+                    c.orphan += 1;
+                    note(&mut c, &k, "orphan");
+                }
+                c.target_keys += 1;
             }
-            Some(_) => {}
-        }
-    }
-    for k in have.keys() {
-        if !want.contains_key(k) {
-            c.orphan += 1;
-            note(&mut c, k, "orphan");
+            Ordering::Equal => {
+                let (sk, sv) = src.buf.pop_front().unwrap_or_default();
+                let (_, tv) = tgt.buf.pop_front().unwrap_or_default();
+                if sv != tv {
+                    c.divergent += 1;
+                    note(&mut c, &sk, "divergent");
+                }
+                c.source_keys += 1;
+                c.target_keys += 1;
+            }
         }
     }
     Ok(c)

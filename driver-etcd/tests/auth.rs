@@ -158,9 +158,14 @@ async fn least_privilege(v: V) {
         "target.maxTxnOps",
         "fence",
         "target.empty",
+        "source.size",
     ] {
         assert_eq!(level(&levels, c), "pass", "{c}: {text}");
     }
+    assert!(
+        text.contains("200 keys read"),
+        "the size sample read the range: {text}"
+    );
 
     let mut a = Proc::start(&cfg, dir.path(), "a");
     let r = rev(&src).await;
