@@ -13,7 +13,8 @@ use support::*;
 use tidemark_core::classify::{Failure, PermanentKind};
 use tidemark_core::config::InitialSyncMode;
 use tidemark_core::etcd::{
-    Cluster, Command, CompareTarget, Event, RangeReply, Reply, TxnReply, WatchEvent,
+    Cluster, Command, CompareTarget, Event, RangeReply, Reply, TxnOp, TxnReply, WatchEvent,
+    WatchRequest,
 };
 use tidemark_core::mirror::{
     Checkpoint, ConditionType, Control, FailKind, Input, Output, Phase, StopReason,
@@ -1031,4 +1032,132 @@ fn scan_on_to_txn(h: &mut Harness) -> (u64, Command) {
         }
     }
     panic!("the scan never wrote");
+}
+
+/// Answers every Txn as applied (at target revisions from `*rev` on) and every read as
+/// empty at source revision `src`, until the core asks for a watch or goes quiet. Returns
+/// the data ops written and the watch asked for.
+fn drive(h: &mut Harness, rev: &mut i64, src: i64) -> (Vec<TxnOp>, Option<WatchRequest>) {
+    let mut written = Vec::new();
+    // Bounded pages cross the rest of the key space in a few hundred empty reads.
+    for _ in 0..10_000 {
+        let cmds = h.drain();
+        if cmds.is_empty() {
+            break;
+        }
+        for (id, cmd) in cmds {
+            match &cmd {
+                Command::Txn(_) => {
+                    written.extend(data_ops(&cmd));
+                    h.done(id, Ok(txn_ok(*rev)));
+                    *rev += 1;
+                }
+                Command::Range(_) => h.done(id, Ok(range(src, vec![], false))),
+                Command::Watch(w) => {
+                    h.done(id, Ok(Reply::WatchStarted));
+                    return (written, Some(w.clone()));
+                }
+                _ => {}
+            }
+        }
+    }
+    (written, None)
+}
+
+#[test]
+fn a_scan_whose_held_events_overflow_pauses_its_watch_and_replays_it_after_the_scan() {
+    // The events a genesis holds while it scans are capped by sync.watchBufferBytes. Past
+    // the cap the watch stops (it used to restart the genesis, which on a large, busy
+    // source restarted it forever) and opens again from the base once the scan is done:
+    // what was held is written once, the replay is checked against it, and what follows
+    // is written after it.
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.watch_buffer_bytes = 64 * 1024;
+    let mut h = Harness::new(cfg, 7);
+    claim_on_empty_target(&mut h, "3.5.13");
+    let (id, cmd) = one(h.drain());
+    assert!(is_r0(&cmd), "{cmd:?}");
+    h.done(id, Ok(range(100, vec![], false)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(txn_ok(11)));
+    let cmds = h.drain();
+    let Command::Watch(w) = &cmds[0].1 else {
+        panic!("{cmds:#?}")
+    };
+    let w1 = w.watch_id;
+    h.done(cmds[0].0, Ok(Reply::WatchStarted));
+
+    let big = vec![b'v'; 100 * 1024];
+    h.watch(
+        w1,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/x", &big, 101)],
+        },
+    );
+    let paused = h.drain();
+    assert!(
+        paused
+            .iter()
+            .any(|(_, c)| matches!(c, Command::CancelWatch { watch_id } if *watch_id == w1)),
+        "{paused:#?}"
+    );
+    assert!(
+        !paused.iter().any(|(_, c)| is_r0(c)),
+        "no rescan: {paused:#?}"
+    );
+    assert_eq!(h.m.status().scan_restart_count, 0);
+    assert_eq!(h.m.status().genesis_watch_pauses, 1);
+    // A response the cancelled stream had already sent is not taken.
+    h.watch(
+        w1,
+        WatchEvent::Events {
+            header_revision: 102,
+            events: vec![put_ev(b"/app/late", b"1", 102)],
+        },
+    );
+
+    // The page ends the scan; the watch opens again at the base.
+    h.done(
+        cmds[1].0,
+        Ok(range(102, vec![kv(b"/app/a", b"1", 50)], false)),
+    );
+    let mut rev = 12;
+    let (mut written, reopened) = drive(&mut h, &mut rev, 102);
+    let w2 = reopened.expect("the watch opens again after the scan");
+    assert_eq!(w2.start_revision, 101, "it replays from the base");
+    assert!(w2.watch_id != w1);
+    h.watch(
+        w2.watch_id,
+        WatchEvent::Events {
+            header_revision: 103,
+            events: vec![
+                put_ev(b"/app/x", &big, 101),
+                put_ev(b"/app/late", b"1", 102),
+                put_ev(b"/app/y", b"2", 103),
+            ],
+        },
+    );
+    h.watch(w2.watch_id, WatchEvent::Progress { revision: 103 });
+    let (more, _) = drive(&mut h, &mut rev, 103);
+    written.extend(more);
+    let times = |k: &[u8]| {
+        written
+            .iter()
+            .filter(|op| matches!(op, TxnOp::Put { key, .. } if key == k))
+            .count()
+    };
+    for k in [
+        &b"/mirror/a"[..],
+        b"/mirror/x",
+        b"/mirror/late",
+        b"/mirror/y",
+    ] {
+        assert_eq!(times(k), 1, "{}: {written:#?}", String::from_utf8_lossy(k));
+    }
+    let pos = |k: &[u8]| written.iter().position(|op| op.key() == k).unwrap();
+    assert!(pos(b"/mirror/x") < pos(b"/mirror/late"));
+    assert!(pos(b"/mirror/late") < pos(b"/mirror/y"));
+    assert!(h.m.status().condition(ConditionType::InitialSyncComplete));
+    assert_eq!(h.m.status().scan_restart_count, 0);
 }

@@ -25,6 +25,7 @@ pub struct MirrorMetrics {
     pruned_keys: Counter,
     forced_resyncs: Counter,
     scan_restarts: Counter,
+    genesis_watch_pauses: Counter,
     late_writes_adopted: Counter,
     history_proofs: Counter,
     history_suspicions: Counter,
@@ -118,6 +119,11 @@ impl MirrorMetrics {
             "scan_restarts",
             "Genesis scan restarts",
             self.scan_restarts.clone(),
+        );
+        r.register(
+            "genesis_watch_pauses",
+            "Times a genesis stopped reading its watch at sync.watchBufferBytes until its scan was done",
+            self.genesis_watch_pauses.clone(),
         );
         r.register(
             "own_late_writes_adopted",
@@ -225,6 +231,7 @@ impl MirrorMetrics {
         delta(&self.pruned_keys, s.pruned_keys);
         delta(&self.forced_resyncs, s.forced_resync_count);
         delta(&self.scan_restarts, s.scan_restart_count);
+        delta(&self.genesis_watch_pauses, s.genesis_watch_pauses);
         delta(&self.late_writes_adopted, s.own_late_writes_adopted);
         delta(&self.history_proofs, s.source_history_proofs);
         delta(&self.history_suspicions, s.source_history_suspicions);

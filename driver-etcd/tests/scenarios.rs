@@ -344,3 +344,46 @@ async fn target_throttled(v: V) {
     assert!(a.term().success(), "{}", a.log());
 }
 both_versions!(target_throttling_is_reported_then_clears, target_throttled);
+
+/// A source written faster, during the scan, than `sync.watchBufferBytes` holds: the
+/// genesis stops reading its watch instead of starting over, replays it from the base once
+/// the scan is done, and converges.
+async fn busy_source_during_a_long_scan(v: V) {
+    let Some((src, tgt)) = pair(v).await else {
+        return;
+    };
+    load(&src, "/app/", 10_000, 64).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.sync.watch_buffer_bytes = 64 * 1024;
+    // A paced scan (about 5 s) leaves the writer below time to fill the buffer.
+    cfg.sync.max_ops_per_second = 2_000;
+    let mut a = Proc::start(&cfg, dir.path(), "a");
+    let mut c = src.client().await;
+    let big = "w".repeat(1024);
+    let mut paused = false;
+    for i in 0..3_000 {
+        c.put(format!("/app/w/{i:05}"), big.clone(), None)
+            .await
+            .unwrap();
+        if i % 20 == 19 {
+            let s = a.statusz().unwrap_or_default();
+            if num(&s, "genesisWatchPauses") >= 1 {
+                paused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(paused, "the writer never filled the buffer: {}", a.log());
+    let head = revision(&src).await;
+    let s = a.wait("synced", 60 * SEC, |s| synced(s, head)).await;
+    assert_eq!(num(&s, "scanRestartCount"), 0, "{s}");
+    assert_eq!(num(&s, "genesisWatchPauses"), 1, "{s}");
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    assert!(a.term().success(), "{}", a.log());
+}
+both_versions!(
+    a_busy_source_pauses_the_genesis_watch_and_converges,
+    busy_source_during_a_long_scan
+);

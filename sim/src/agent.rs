@@ -29,7 +29,8 @@ pub fn config_for(o: &Options, variant: u32) -> MirrorConfig {
             c.sync.txn_flush_bytes = 2048;
         }
         2 => {
-            // The smallest replay buffer: overflows restart genesis.
+            // The smallest replay buffer: overflows pause the scan's watch (and restart a
+            // genesis past its scan).
             c.sync.watch_buffer_bytes = 64 * 1024;
             c.sync.page_key_limit = 50;
         }

@@ -68,6 +68,16 @@ fn schedule(seed: u64, mode: FaultyMode, kind: ReplicatorKind) -> Schedule {
             s.options.workload.preload = s.options.workload.preload.max(100);
             s.options.workload.ops_per_s = s.options.workload.ops_per_s.max(200);
             s.options.safety_ms = s.options.safety_ms.max(60_000);
+            // A crash in the middle of the genesis: the restarted process claims the fence
+            // while pages of the dead one are still on their way. Without it the catch hung
+            // on a genesis restart (a replay buffer overflow), which a paused watch avoids.
+            s.faults.push(TimedFault {
+                at_ms: 3_000,
+                fault: Fault::Crash {
+                    agent: 0,
+                    down_ms: 300,
+                },
+            });
             Some(TimedFault {
                 at_ms: 50,
                 fault: Fault::Timeouts {
@@ -80,6 +90,7 @@ fn schedule(seed: u64, mode: FaultyMode, kind: ReplicatorKind) -> Schedule {
         FaultyMode::ReorderCommits | FaultyMode::DropWatchEvent => None,
     };
     s.faults.extend(fault);
+    s.faults.sort_by_key(|f| f.at_ms);
     s
 }
 

@@ -97,7 +97,7 @@ impl MirrorConfig {
             bad(
                 "sync.watchBufferBytes",
                 format!(
-                    "is {}; use at least 64KiB or genesis restarts forever on a busy source",
+                    "is {}; use at least 64KiB: one watch response of a busy source can hold more",
                     s.watch_buffer_bytes
                 ),
             );

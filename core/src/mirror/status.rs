@@ -182,6 +182,9 @@ pub struct Status {
     pub watch_guard_compactions: u64,
     pub forced_resync_count: u64,
     pub scan_restart_count: u64,
+    /// Times a genesis stopped reading its watch because the events held during the scan
+    /// reached `sync.watchBufferBytes` (it replays them from the base once the scan is done).
+    pub genesis_watch_pauses: u64,
     /// Writes of ours that the target applied after we had written them off (a timed-out
     /// Txn applied late), found by a failed fence compare and adopted.
     pub own_late_writes_adopted: u64,

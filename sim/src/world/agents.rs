@@ -67,6 +67,8 @@ impl World {
             .add("core.forced_resync", s.forced_resync_count);
         self.coverage.add("core.scan_restart", s.scan_restart_count);
         self.coverage
+            .add("core.genesis_watch_pause", s.genesis_watch_pauses);
+        self.coverage
             .add("core.own_late_write_adopted", s.own_late_writes_adopted);
         self.coverage
             .add("core.split_revision", s.split_revision_count);

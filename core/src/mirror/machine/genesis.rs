@@ -79,6 +79,7 @@ impl Mirror {
             read_done: false,
             held: VecDeque::new(),
             held_bytes: 0,
+            watch_paused: false,
             scan_pager: Pager::default(),
             sweep_cursor: Vec::new(),
             sweep_window: 0,
@@ -377,8 +378,15 @@ impl Mirror {
         g.step = GenStep::Replaying;
         let held: Vec<Vec<Event>> = g.held.drain(..).collect();
         g.held_bytes = 0;
+        let paused = std::mem::take(&mut g.watch_paused);
         for events in held {
             self.feed_events(now, events);
+        }
+        if paused {
+            // What the paused watch delivered is fed above; a new one replays it from the
+            // base (checked against what was counted, never fed twice) and goes on past it.
+            let from = self.tail.delivered + 1;
+            self.open_watch(now, from);
         }
         self.batcher.flush();
         while let Some(b) = self.batcher.pop() {

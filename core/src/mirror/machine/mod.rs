@@ -270,6 +270,9 @@ struct Genesis {
     /// Events held while scanning or sweeping, with their byte size.
     held: VecDeque<Vec<Event>>,
     held_bytes: u64,
+    /// The scan's watch was cancelled when `held` reached `sync.watchBufferBytes`; it opens
+    /// again, replaying from the base, once the scan is done (see `scan_complete`).
+    watch_paused: bool,
     /// The density of the scan's pages (bounded reads; see `pager`).
     scan_pager: Pager,
     sweep_cursor: Vec<u8>,

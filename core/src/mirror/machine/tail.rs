@@ -253,10 +253,19 @@ impl Mirror {
                     g.held_bytes += bytes;
                     g.held.push_back(events);
                     if g.held_bytes > limit {
-                        self.restart_genesis(
-                            now,
-                            "the replay buffer overflowed sync.watchBufferBytes",
-                        );
+                        if g.step == GenStep::Scanning {
+                            // A long scan of a busy source: stop reading the watch rather
+                            // than grow or rescan. etcd keeps the history, and the watch
+                            // opens again from the base when the scan is done.
+                            g.watch_paused = true;
+                            self.status.genesis_watch_pauses += 1;
+                            self.cancel_watch();
+                        } else {
+                            self.restart_genesis(
+                                now,
+                                "the replay buffer overflowed sync.watchBufferBytes",
+                            );
+                        }
                     }
                     return;
                 }
