@@ -146,6 +146,9 @@ pub struct EtcdMirrorStatus {
     pub applied_ops: u64,
     pub applied_bytes: u64,
     pub pruned_keys: u64,
+    /// Target keys a resumed genesis deleted: pages of a dead process past its durable
+    /// cursor, which a restored source may never put again.
+    pub residue_keys_deleted: u64,
     pub repaired_keys: u64,
     pub reconcile_passes: u64,
     pub last_pass_duration_seconds: f64,
@@ -264,6 +267,7 @@ impl EtcdMirrorStatus {
             applied_ops: s.applied_ops,
             applied_bytes: s.applied_bytes,
             pruned_keys: s.pruned_keys,
+            residue_keys_deleted: s.residue_keys_deleted,
             repaired_keys: s.repaired_keys,
             reconcile_passes: s.reconcile_passes,
             last_pass_duration_seconds: s.last_pass_duration_seconds,

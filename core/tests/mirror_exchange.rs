@@ -854,6 +854,7 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
             rmax: 200,
             smax: None,
             base_count: None,
+            residue_above: None,
         }),
         ..found_record(2, 0)
     };
@@ -864,13 +865,73 @@ fn a_restart_mid_scan_resumes_at_the_durable_cursor_without_rescanning() {
     // No RequireEmpty check on a resumed genesis (the target holds our own partial copy).
     let (id, cmd) = one(h.drain());
     let rec = fence_of(&cmd);
+    let scan = rec.scan.clone().unwrap();
+    assert_eq!((rec.epoch, scan.cursor), (3, b"/app/m\0".to_vec()));
     assert_eq!(
-        (rec.epoch, rec.scan.clone().unwrap().cursor),
-        (3, b"/app/m\0".to_vec())
+        (scan.residue_above, rec.v),
+        (Some(49), 5),
+        "pages of the dead attempt may have applied after its record (revision 49)"
     );
     h.done(id, Ok(txn_ok(51)));
     h.auto_count = false;
     let cmds = h.drain();
+    // First the progress count and the residue sweep: the target past the durable cursor.
+    assert_eq!(cmds.len(), 2, "{cmds:#?}");
+    let (count_id, count_cmd) = cmds[0].clone();
+    let (sweep_id, Command::Range(sweep)) = cmds[1].clone() else {
+        panic!("{cmds:#?}")
+    };
+    assert_eq!(sweep.cluster, Cluster::Target);
+    assert!(
+        sweep.keys_only && sweep.key == b"/mirror/m\0".to_vec(),
+        "{sweep:?}"
+    );
+    // /mirror/n was put after the record the claim found: a dead attempt's page. /mirror/o
+    // is older than that record, so no page of the scan wrote it (a key of the target's
+    // own, under Overwrite): it stays.
+    h.done(
+        sweep_id,
+        Ok(range(
+            51,
+            vec![kv(b"/mirror/n", b"", 50), kv(b"/mirror/o", b"", 40)],
+            false,
+        )),
+    );
+    // Serve the rest of the sweep (empty spans) and land its writes, until the scan starts.
+    let mut txns = Vec::new();
+    let mut rev = 51;
+    let mut cmds = h.drain();
+    while cmds.iter().any(|(_, c)| {
+        matches!(c, Command::Txn(_))
+            || matches!(c, Command::Range(r) if r.cluster == Cluster::Target)
+    }) {
+        for (id, c) in cmds {
+            rev += 1;
+            match &c {
+                Command::Txn(_) => {
+                    txns.push(c.clone());
+                    h.done(id, Ok(txn_ok(rev)));
+                }
+                _ => h.done(id, Ok(range(rev, vec![], false))),
+            }
+        }
+        cmds = h.drain();
+    }
+    assert_eq!(
+        txns.len(),
+        2,
+        "one delete, then the write that clears the mark: {txns:#?}"
+    );
+    assert_eq!(data_ops(&txns[0]), vec![del(b"/mirror/n")]);
+    assert_eq!(fence_of(&txns[0]).scan.unwrap().residue_above, Some(49));
+    let rec = fence_of(&txns[1]);
+    assert_eq!(
+        (rec.scan.clone().unwrap().residue_above, rec.v),
+        (None, 4),
+        "the mark goes once the sweep is done, and the record is readable by older builds"
+    );
+    assert!(data_ops(&txns[1]).is_empty());
+    cmds.insert(0, (count_id, count_cmd));
     // A count of what is left (progress only), the watch from the original R0, then the
     // next page from the durable cursor.
     assert_eq!(cmds.len(), 3, "{cmds:#?}");

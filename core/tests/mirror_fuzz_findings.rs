@@ -224,6 +224,7 @@ fn resumed_untrusted_genesis_proves_quiet_only_with_durable_smax_and_count() {
                 rmax: 300,
                 smax,
                 base_count,
+                residue_above: None,
             }),
             ..found_record(2, 0)
         };

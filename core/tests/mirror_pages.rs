@@ -13,7 +13,7 @@ use std::time::Duration;
 use support::*;
 use tidemark_core::classify::Failure;
 use tidemark_core::config::InitialSyncMode;
-use tidemark_core::etcd::{Command, CompareTarget, KeyValue, RangeReply, Reply, TxnReply};
+use tidemark_core::etcd::{Cluster, Command, CompareTarget, KeyValue, RangeReply, Reply, TxnReply};
 use tidemark_core::mirror::checkpoint::Scan;
 use tidemark_core::mirror::{Checkpoint, CommandId, FailKind, StopReason};
 
@@ -218,6 +218,39 @@ fn a_page_failing_on_another_agents_fence_stops_without_writing_more() {
     assert!(h.drain().is_empty());
 }
 
+/// Serves a resumed scan's residue sweep over a target that holds nothing past the
+/// cursor, lands the write that clears the mark at `rev`, and returns the other commands.
+fn land_empty_residue_sweep(
+    h: &mut Harness,
+    mut cmds: Vec<(CommandId, Command)>,
+    rev: i64,
+) -> Vec<(CommandId, Command)> {
+    loop {
+        let mut next = Vec::new();
+        let mut cleared = false;
+        for (id, c) in cmds {
+            match &c {
+                Command::Range(r) if r.cluster == Cluster::Target => {
+                    assert!(r.key.as_slice() >= b"/mirror/m\0".as_slice(), "{r:?}");
+                    h.done(id, Ok(range(rev - 1, vec![], false)));
+                }
+                Command::Txn(_) => {
+                    assert!(data_ops(&c).is_empty(), "nothing to delete: {c:?}");
+                    assert_eq!(fence_of(&c).scan.unwrap().residue_above, None);
+                    h.done(id, Ok(txn_ok(rev)));
+                    cleared = true;
+                }
+                _ => next.push((id, c)),
+            }
+        }
+        next.extend(h.drain());
+        if cleared {
+            return next;
+        }
+        cmds = next;
+    }
+}
+
 /// A genesis resumed from a record whose durable cursor is `/app/m\0`, the previous
 /// process (epoch 1) having died with pages past it in flight: claim at epoch 2 (target
 /// revision 51), count, watch and the scan from the cursor, served from `source` at 310.
@@ -237,6 +270,7 @@ fn resumed_genesis(
             rmax: 210,
             smax: None,
             base_count: None,
+            residue_above: None,
         }),
         ..found_record(1, 0)
     };
@@ -246,9 +280,13 @@ fn resumed_genesis(
     );
     let (id, claim) = one(h.drain());
     assert_eq!(compare_of(&claim), (CompareTarget::ModRevision, 49));
+    assert_eq!(fence_of(&claim).scan.unwrap().residue_above, Some(49));
     h.advance(Duration::from_millis(20));
-    h.done(id, Ok(txn_ok(51)));
+    h.done(id, Ok(txn_ok(50)));
+    // The residue sweep: the target past the cursor holds nothing newer than the record
+    // found, so the only write is the one that clears the mark (at 51).
     let cmds = h.drain();
+    let cmds = land_empty_residue_sweep(&mut h, cmds, 51);
     for (_, c) in &cmds {
         match c {
             Command::Range(r) if !r.count_only => {
@@ -335,13 +373,16 @@ fn a_stale_twin_writing_the_fence_under_pages_in_flight_is_taken_over() {
         h.done(id, Ok(txn_ok(61)));
     }
     assert_eq!(h.m.status().initial_sync_copied_key_count, 0);
+    assert_eq!(fence_of(&claim).scan.unwrap().residue_above, Some(60));
     h.done(id, Ok(txn_ok(62)));
-    // The scan resumes from the durable cursor, under the new claim's revision.
+    // The scan resumes from the durable cursor once the residue sweep cleared its mark
+    // (at 63), under that write's revision.
     let cmds = h.drain();
+    let cmds = land_empty_residue_sweep(&mut h, cmds, 63);
     let pages = pages_of(&serve_source(&mut h, cmds, 320, &source));
     assert!(!pages.is_empty());
     for (_, p) in &pages {
-        assert_eq!(compare_of(p), (CompareTarget::ModRevision, 62));
+        assert_eq!(compare_of(p), (CompareTarget::ModRevision, 63));
     }
 }
 

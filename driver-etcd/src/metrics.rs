@@ -23,6 +23,7 @@ pub struct MirrorMetrics {
     applied_ops: Counter,
     applied_bytes: Counter,
     pruned_keys: Counter,
+    residue_keys_deleted: Counter,
     forced_resyncs: Counter,
     scan_restarts: Counter,
     genesis_watch_pauses: Counter,
@@ -109,6 +110,11 @@ impl MirrorMetrics {
             "pruned_keys",
             "Target keys deleted by prune sweeps",
             self.pruned_keys.clone(),
+        );
+        r.register(
+            "residue_keys_deleted",
+            "Target keys a resumed genesis deleted: pages of an earlier attempt past its durable cursor",
+            self.residue_keys_deleted.clone(),
         );
         r.register(
             "forced_resyncs",
@@ -229,6 +235,7 @@ impl MirrorMetrics {
         delta(&self.applied_ops, s.applied_ops);
         delta(&self.applied_bytes, s.applied_bytes);
         delta(&self.pruned_keys, s.pruned_keys);
+        delta(&self.residue_keys_deleted, s.residue_keys_deleted);
         delta(&self.forced_resyncs, s.forced_resync_count);
         delta(&self.scan_restarts, s.scan_restart_count);
         delta(&self.genesis_watch_pauses, s.genesis_watch_pauses);

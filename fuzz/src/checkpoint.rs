@@ -4,7 +4,9 @@
 //! constraints (fail closed), re-encodes, decodes to the same record, and encodes
 //! canonically (encode . decode . encode == encode).
 
-use tidemark_core::mirror::checkpoint::{Checkpoint, OLDEST_READABLE, VERSION};
+use tidemark_core::mirror::checkpoint::{
+    Checkpoint, NEWEST_READABLE, OLDEST_READABLE, RESIDUE_VERSION,
+};
 
 pub fn run(data: &[u8]) {
     let Ok(c) = Checkpoint::decode(data) else {
@@ -12,7 +14,7 @@ pub fn run(data: &[u8]) {
     };
     // What acceptance promises, checked independently of the decoder's own checks.
     assert!(
-        (OLDEST_READABLE..=VERSION).contains(&c.v),
+        (OLDEST_READABLE..=NEWEST_READABLE).contains(&c.v),
         "accepted an unknown version {}",
         c.v
     );
@@ -38,7 +40,20 @@ pub fn run(data: &[u8]) {
             s.base_count.is_none_or(|n| n >= 0),
             "accepted a negative scan.base_count"
         );
+        assert!(
+            s.residue_above.is_none_or(|r| r >= 0) && (s.residue_above.is_none() || !s.scanned),
+            "accepted scan.residue_above {:?} (scanned: {})",
+            s.residue_above,
+            s.scanned
+        );
     }
+    let residue = c.scan.as_ref().is_some_and(|s| s.residue_above.is_some());
+    assert_eq!(
+        residue,
+        c.v == RESIDUE_VERSION,
+        "a residue mark must come with record version {RESIDUE_VERSION} and only with it (v {})",
+        c.v
+    );
     if let Some(a) = &c.anchor {
         assert!(c.v >= 2, "accepted an anchor in a version 1 record");
         assert!(!a.key.is_empty(), "accepted an empty anchor key");

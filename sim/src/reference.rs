@@ -366,6 +366,7 @@ impl RefReplicator {
                     rmax: self.r0,
                     smax: None,
                     base_count: None,
+                    residue_above: None,
                 };
                 let w = self.fence.as_ref().map_or(0, |f| f.watermark);
                 let mut ops: Vec<TxnOp> = Vec::new();
@@ -400,6 +401,7 @@ impl RefReplicator {
                     rmax: self.r0,
                     smax: None,
                     base_count: None,
+                    residue_above: None,
                 };
                 let mut ops = Vec::new();
                 for kv in r.kvs {

@@ -18,6 +18,13 @@ use crate::mirror::finding::{AnchorDiff, AnchorField};
 /// added [`Checkpoint::seq`]: pipelined Txns compare the record they build on by value, and
 /// a build that does not know `seq` must not resume from (or overwrite) such a chain.
 pub const VERSION: u32 = 4;
+/// Records that carry [`Scan::residue_above`] are written as version 5, and only those: a
+/// build that does not know the field would resume the scan without deleting the pages a
+/// dead process left past the cursor, so it must refuse the record by version. Every other
+/// record stays version 4, which the previous build still reads.
+pub const RESIDUE_VERSION: u32 = 5;
+/// The newest record version this build reads.
+pub const NEWEST_READABLE: u32 = RESIDUE_VERSION;
 /// The oldest record version this build still reads (records without an anchor).
 pub const OLDEST_READABLE: u32 = 1;
 
@@ -225,6 +232,13 @@ pub struct Scan {
     /// (a record from an older build).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_count: Option<i64>,
+    /// Set by a claim that resumes this scan: target keys in the mirrored windows at or past
+    /// the cursor with a mod revision above it were put by pages of an earlier attempt after
+    /// its last fence write. The resumed scan deletes them before it writes anything, since
+    /// a restored source may not put them again (docs/design.md, "Genesis pages"). Cleared
+    /// by the write that ends that sweep. Needs record version 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub residue_above: Option<i64>,
 }
 
 /// The record. `watermark = W` with `split == None` and `scan == None` promises that the
@@ -266,7 +280,7 @@ pub struct Checkpoint {
 pub enum CheckpointError {
     #[error("checkpoint is not valid JSON for record v{VERSION}: {0}")]
     Malformed(String),
-    #[error("checkpoint version {0} is not supported by this build (it reads v{OLDEST_READABLE} to v{VERSION}); upgrade tidemark or restore the checkpoint")]
+    #[error("checkpoint version {0} is not supported by this build (it reads v{OLDEST_READABLE} to v{NEWEST_READABLE}); upgrade tidemark or restore the checkpoint")]
     UnsupportedVersion(u64),
     #[error("checkpoint field {field} is invalid: {problem}")]
     BadField {
@@ -305,7 +319,7 @@ impl Checkpoint {
             .as_ref()
             .and_then(serde_json::Value::as_u64)
             .ok_or_else(|| CheckpointError::Malformed("missing numeric field \"v\"".into()))?;
-        if !(u64::from(OLDEST_READABLE)..=u64::from(VERSION)).contains(&v) {
+        if !(u64::from(OLDEST_READABLE)..=u64::from(NEWEST_READABLE)).contains(&v) {
             return Err(CheckpointError::UnsupportedVersion(v));
         }
         let c: Checkpoint =
@@ -353,7 +367,22 @@ impl Checkpoint {
             if s.base_count.is_some_and(|n| n < 0) {
                 return bad("scan.base_count", "is negative");
             }
-            // A split may be recorded while genesis replays an oversized revision.
+            if s.residue_above.is_some_and(|r| r < 0) {
+                return bad("scan.residue_above", "is negative");
+            }
+            if s.residue_above.is_some() && s.scanned {
+                return bad("scan.residue_above", "is set on a scan that is done");
+            }
+        }
+        let residue = self
+            .scan
+            .as_ref()
+            .is_some_and(|s| s.residue_above.is_some());
+        if residue != (self.v == RESIDUE_VERSION) {
+            return bad(
+                "scan.residue_above",
+                "is present exactly in version 5 records",
+            );
         }
         if let Some(a) = &self.anchor {
             if self.v < 2 {
@@ -399,7 +428,30 @@ impl Checkpoint {
                 a.scanned = true;
             }
         }
-        self.v = VERSION;
+        self.v = self.v.max(VERSION);
+        self.settle_version();
+    }
+
+    /// Sets or clears [`Scan::residue_above`], with the version that goes with it.
+    pub fn set_residue_above(&mut self, above: Option<i64>) {
+        if let Some(s) = self.scan.as_mut() {
+            s.residue_above = above;
+        }
+        self.settle_version();
+    }
+
+    /// The version this record's content needs: 5 exactly while a residue is recorded, so
+    /// every other record stays readable by the previous build.
+    pub fn settle_version(&mut self) {
+        let residue = self
+            .scan
+            .as_ref()
+            .is_some_and(|s| s.residue_above.is_some());
+        if residue {
+            self.v = RESIDUE_VERSION;
+        } else if self.v == RESIDUE_VERSION {
+            self.v = VERSION;
+        }
     }
 
     /// The anchor whose window since it a proof can replay: counted events (version 3) and
@@ -419,7 +471,9 @@ impl Checkpoint {
             rmax: base,
             smax: Some(0),
             base_count,
+            residue_above: None,
         });
+        self.settle_version();
         self.split = None;
         self.prune_pending = prune;
         self.prune_floor = 0;
@@ -469,6 +523,7 @@ mod tests {
                 rmax: 41,
                 smax: Some(39),
                 base_count: Some(3),
+                residue_above: None,
             }),
             prune_pending: true,
             prune_floor: 7,
@@ -499,6 +554,42 @@ mod tests {
         );
     }
 
+    /// A resumed scan's residue mark is written as version 5 and only then: the previous
+    /// build (which reads up to version 4) refuses exactly those records, by version.
+    #[test]
+    fn a_residue_mark_needs_version_five_and_only_it_does() {
+        let mut c = sample();
+        c.set_residue_above(Some(17));
+        assert_eq!(c.v, RESIDUE_VERSION);
+        let bytes = c.encode();
+        assert_eq!(Checkpoint::decode(&bytes).unwrap(), c);
+        let mut j: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(j["scan"]["residue_above"], 17);
+        j["v"] = VERSION.into();
+        assert!(matches!(
+            Checkpoint::decode(&serde_json::to_vec(&j).unwrap()),
+            Err(CheckpointError::BadField {
+                field: "scan.residue_above",
+                ..
+            })
+        ));
+        let mut done = c.clone();
+        done.scan.as_mut().unwrap().scanned = true;
+        assert_eq!(refused_field(&done), Some("scan.residue_above"));
+        c.set_residue_above(None);
+        assert_eq!(
+            c.v, VERSION,
+            "cleared: readable by the previous build again"
+        );
+        assert!(!String::from_utf8(c.encode()).unwrap().contains("residue"));
+        let mut bumped = c.clone();
+        bumped.v = RESIDUE_VERSION;
+        assert_eq!(refused_field(&bumped), Some("scan.residue_above"));
+        bumped.upgrade();
+        assert_eq!(bumped.v, VERSION);
+        assert_eq!(Checkpoint::decode(&bumped.encode()).unwrap(), bumped);
+    }
+
     #[test]
     fn round_trips() {
         let c = sample();
@@ -512,10 +603,12 @@ mod tests {
             Err(CheckpointError::Malformed(_))
         ));
         let mut j: serde_json::Value = serde_json::from_slice(&sample().encode()).unwrap();
-        j["v"] = (VERSION + 1).into();
+        j["v"] = (NEWEST_READABLE + 1).into();
         assert_eq!(
             Checkpoint::decode(&serde_json::to_vec(&j).unwrap()),
-            Err(CheckpointError::UnsupportedVersion(u64::from(VERSION) + 1))
+            Err(CheckpointError::UnsupportedVersion(
+                u64::from(NEWEST_READABLE) + 1
+            ))
         );
         j["v"] = VERSION.into();
         j["extra"] = true.into();
@@ -672,7 +765,7 @@ mod tests {
         fn encode_decode_identity(epoch in 0u64..u64::MAX, wm in 0i64..i64::MAX/2, cursor in proptest::collection::vec(any::<u8>(), 0..20), pp in any::<bool>()) {
             let mut c = sample();
             c.epoch = epoch; c.watermark = wm; c.prune_pending = pp;
-            c.scan = Some(Scan { base: wm, cursor, scanned: pp, rmax: wm, smax: pp.then_some(wm), base_count: None });
+            c.scan = Some(Scan { base: wm, cursor, scanned: pp, rmax: wm, smax: pp.then_some(wm), base_count: None, residue_above: None });
             prop_assert_eq!(Checkpoint::decode(&c.encode()).unwrap(), c);
         }
 

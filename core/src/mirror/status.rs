@@ -170,6 +170,9 @@ pub struct Status {
     pub applied_ops: u64,
     pub applied_bytes: u64,
     pub pruned_keys: u64,
+    /// Target keys a resumed genesis deleted because an earlier attempt's pages put them
+    /// past the durable cursor after its last fence write (`scan.residue_above`).
+    pub residue_keys_deleted: u64,
     /// Keys written or deleted by reconciliation repairs.
     pub repaired_keys: u64,
     pub reconcile_passes: u64,

@@ -73,6 +73,8 @@ impl World {
         self.coverage
             .add("core.split_revision", s.split_revision_count);
         self.coverage.add("core.pruned_keys", s.pruned_keys);
+        self.coverage
+            .add("core.residue_keys_deleted", s.residue_keys_deleted);
         self.coverage.add("core.applied_txns", s.applied_txns);
     }
 

@@ -223,7 +223,9 @@ impl Mirror {
             }
             Work::Fence(FenceWhy::QuotaProbe) => {}
             Work::Fence(FenceWhy::ScanAdvance) => self.advance_record(&mut rec),
+            Work::Fence(FenceWhy::ResidueSwept { .. }) => rec.set_residue_above(None),
         }
+        rec.settle_version();
         if self.pages_commute() {
             if let Some(s) = rec.scan.as_mut() {
                 // Pages past the durable cursor may have applied, with values newer than
@@ -233,7 +235,12 @@ impl Mirror {
         }
         if !matches!(
             work,
-            Work::Claim | Work::Fence(FenceWhy::QuotaProbe | FenceWhy::StartGenesis { .. })
+            Work::Claim
+                | Work::Fence(
+                    FenceWhy::QuotaProbe
+                        | FenceWhy::StartGenesis { .. }
+                        | FenceWhy::ResidueSwept { .. }
+                )
         ) {
             // Only writes made under a proven history record a newer anchor, as of the
             // watermark they install.
@@ -354,13 +361,22 @@ impl Mirror {
                 );
             }
             Work::Sweep { ops } => {
-                self.status.pruned_keys += ops.len() as u64;
+                let n = ops.len() as u64;
+                if self
+                    .gen
+                    .as_ref()
+                    .is_some_and(|g| g.step == GenStep::Residue)
+                {
+                    self.status.residue_keys_deleted += n;
+                } else {
+                    self.status.pruned_keys += n;
+                }
             }
             Work::Repair { ops } => {
                 self.status.repaired_keys += ops.len() as u64;
             }
             Work::Fence(FenceWhy::Cutover) => self.cutover_done(now),
-            Work::Fence(FenceWhy::StartGenesis { seq, .. }) => {
+            Work::Fence(FenceWhy::StartGenesis { seq, .. } | FenceWhy::ResidueSwept { seq }) => {
                 if self.gen.as_ref().is_some_and(|g| g.seq == seq) {
                     self.begin_scan(now);
                 }

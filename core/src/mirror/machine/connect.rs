@@ -251,6 +251,18 @@ impl Mirror {
             rec.prune_pending = self.cfg.initial_sync.mode == InitialSyncMode::OverwriteAndPrune;
             rec.prune_floor = 0;
         }
+        let floor_set_by_claim = rec.prune_pending && rec.prune_floor == 0;
+        if let Some(s) = rec.scan.as_ref().filter(|s| !s.scanned) {
+            if self.fence.rev > 0 && !floor_set_by_claim {
+                // Pages of the attempt that wrote the found record may have applied after
+                // it, past its cursor, and a restored source may never put those keys
+                // again. Everything there newer than the found record is such a page
+                // (an earlier claim's mark carries on until its sweep ends). A prune whose
+                // floor this claim sets deletes them anyway.
+                let above = s.residue_above.unwrap_or(self.fence.rev);
+                rec.set_residue_above(Some(above));
+            }
+        }
         self.status.epoch = epoch;
         self.status.role = "Mirror".into();
         self.submit_direct(now, Work::Claim, rec);

@@ -168,8 +168,34 @@ impl Mirror {
             // snapshot the scan reads.
             self.status.initial_sync_copied_key_count = 0;
             self.start_count(CountOf::Remaining, scan.base, &scan.cursor);
+            if scan.residue_above.is_some() {
+                return self.begin_residue_sweep(now, &scan.cursor);
+            }
         }
         self.begin_scan(now);
+    }
+
+    /// A claim resumed this scan over pages an earlier attempt may have left past the
+    /// durable cursor (`scan.residue_above`): delete them before the scan reads, then clear
+    /// the mark. The resumed scan puts again every key the source still has there; one it
+    /// no longer has (deleted since, or never written in a restored history) would
+    /// otherwise stay in the target. The mod revision alone decides what is deleted: the
+    /// cursor only bounds the walk (see `on_sweep_page`).
+    fn begin_residue_sweep(&mut self, now: Instant, cursor: &[u8]) {
+        let windows = self.keys.target_windows();
+        let from = cursor
+            .strip_prefix(self.keys.source_prefix())
+            .map(|rel| [self.keys.target_base(), rel].concat())
+            .unwrap_or_default();
+        let Some(g) = &mut self.gen else { return };
+        g.step = GenStep::Residue;
+        g.sweep_window = windows
+            .iter()
+            .position(|w| before_end(&from, &w.end))
+            .unwrap_or(windows.len());
+        g.sweep_cursor = from;
+        g.sweep_pager.reset();
+        self.next_sweep_page(now);
     }
 
     /// Opens the watch at base+1 and starts (or continues) paging.
@@ -424,7 +450,7 @@ impl Mirror {
             }
             // One sweep page at a time: a failed read waiting for its retry counts too (two
             // reads of one page would advance the cursor twice).
-            GenStep::Sweeping
+            GenStep::Sweeping | GenStep::Residue
                 if !self
                     .cmds
                     .inflight
@@ -567,10 +593,14 @@ impl Mirror {
             }
             None => {
                 if let Some(g) = &mut self.gen {
-                    g.step = GenStep::Finishing;
-                    let why = FenceWhy::FinishGenesis {
-                        seq: g.seq,
-                        watermark: g.final_w,
+                    let why = if g.step == GenStep::Residue {
+                        FenceWhy::ResidueSwept { seq: g.seq }
+                    } else {
+                        g.step = GenStep::Finishing;
+                        FenceWhy::FinishGenesis {
+                            seq: g.seq,
+                            watermark: g.final_w,
+                        }
                     };
                     self.work.push_back(Work::Fence(why));
                 }
@@ -581,6 +611,13 @@ impl Mirror {
 
     pub(super) fn on_sweep_page(&mut self, now: Instant, mut r: RangeReply) {
         let floor = self.fence.record.as_ref().map_or(0, |c| c.prune_floor);
+        // A residue sweep deletes what is newer than the mark; a prune, what is older than
+        // the floor (everything this genesis put is above it).
+        let residue_above = self
+            .gen
+            .as_ref()
+            .filter(|g| g.step == GenStep::Residue)
+            .and_then(|_| self.fence.record.as_ref()?.scan.as_ref()?.residue_above);
         let window = self
             .gen
             .as_ref()
@@ -588,7 +625,11 @@ impl Mirror {
         let listed = keep_inside(&mut r.kvs, window.as_ref());
         let mut ops = Vec::new();
         for kv in &r.kvs {
-            if self.keys.is_checkpoint(&kv.key) || kv.mod_revision >= floor {
+            let stale = match residue_above {
+                Some(above) => kv.mod_revision > above,
+                None => kv.mod_revision < floor,
+            };
+            if self.keys.is_checkpoint(&kv.key) || !stale {
                 continue;
             }
             if kv.key.contains(&0) {

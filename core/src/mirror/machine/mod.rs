@@ -214,6 +214,11 @@ enum FenceWhy {
     /// Move the scan cursor over the genesis pages applied since the last one (written
     /// with no page in flight; see `pages.rs`).
     ScanAdvance,
+    /// Clear `scan.residue_above` once genesis attempt `seq` deleted what an earlier
+    /// attempt's pages left past the cursor; its scan starts when this lands.
+    ResidueSwept {
+        seq: u64,
+    },
     /// Flip the role to Primary: the cut-over.
     Cutover,
 }
@@ -239,6 +244,9 @@ enum GenStep {
     Replaying,
     /// Deleting unseen target keys (events are held while this runs).
     Sweeping,
+    /// A resumed scan deleting the keys an earlier attempt's pages put past the durable
+    /// cursor after its last fence write (`scan.residue_above`), before the scan reads.
+    Residue,
     /// Writing the final record.
     Finishing,
 }

@@ -240,7 +240,11 @@ impl Mirror {
                 let holding = self.gen.as_ref().is_some_and(|g| {
                     matches!(
                         g.step,
-                        GenStep::R0 | GenStep::Scanning | GenStep::Sweeping | GenStep::Finishing
+                        GenStep::R0
+                            | GenStep::Scanning
+                            | GenStep::Sweeping
+                            | GenStep::Residue
+                            | GenStep::Finishing
                     )
                 });
                 if holding {
