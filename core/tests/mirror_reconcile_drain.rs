@@ -743,12 +743,10 @@ fn a_restarted_drain_that_already_cut_over_finishes_without_writing() {
     ));
 }
 
-#[test]
-fn a_long_paced_repair_cancels_the_watch_and_resumes_after_the_pass() {
-    let mut cfg = config(InitialSyncMode::RequireEmpty);
-    cfg.sync.max_ops_per_second = 10;
-    let mut h = Harness::new(cfg, 51);
-    let w = cold_start(&mut h, "3.5.13");
+/// A pass whose 60 repairs pace at 10 ops/s (6 s, past the 3 s the watch may wait): the
+/// watch is muted, not cancelled. Returns the commands after the pass reads were served.
+fn paced_repair_pass(h: &mut Harness) -> (u64, Vec<(CommandId, Command)>) {
+    let w = cold_start(h, "3.5.13");
     h.m.handle_input(h.now, Input::Control(Control::Reconcile));
     let cmds = h.drain();
     let ((src, _), tgt) = pass_reads(&cmds);
@@ -763,24 +761,56 @@ fn a_long_paced_repair_cancels_the_watch_and_resumes_after_the_pass() {
             tgt: (13, vec![]),
         },
     );
-    let mut cmds = h.drain();
+    let cmds = h.drain();
     assert!(
-        cmds.iter()
-            .any(|(_, c)| *c == Command::CancelWatch { watch_id: w }),
-        "60 ops at 10/s is 6 s of pacing: the watch is cancelled"
+        !cmds
+            .iter()
+            .any(|(_, c)| matches!(c, Command::CancelWatch { .. })),
+        "the stream stays open while the pass paces: {cmds:#?}"
     );
     assert_eq!(h.m.status().watch_cancels_for_pacing, 1);
+    (w, cmds)
+}
+
+fn paced_config() -> tidemark_core::config::MirrorConfig {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.max_ops_per_second = 10;
+    cfg
+}
+
+#[test]
+fn a_long_paced_repair_mutes_the_watch_and_resumes_after_the_pass() {
+    let mut h = Harness::new(paced_config(), 51);
+    let (w, mut cmds) = paced_repair_pass(&mut h);
+    // What the muted stream delivers is dropped: the tail reads it again after the pass.
+    h.watch(
+        w,
+        WatchEvent::Events {
+            header_revision: 101,
+            events: vec![put_ev(b"/app/late", b"x", 101)],
+        },
+    );
+    h.watch(w, WatchEvent::Progress { revision: 120 });
     let mut repaired = 0;
     let mut rev = 14;
     let mut reopened = None;
+    let mut cancelled = false;
     for _ in 0..200 {
         for (id, c) in std::mem::take(&mut cmds) {
             match c {
                 Command::Txn(_) => {
+                    assert!(
+                        !data_ops(&c).contains(&put(b"/mirror/late", b"x")),
+                        "a muted event is never written"
+                    );
                     repaired += data_ops(&c).len();
-                    assert_eq!(fence_of(&c).watermark, 100);
+                    assert_eq!(fence_of(&c).watermark, 100, "no advance past a muted event");
                     h.done(id, Ok(txn_ok(rev)));
                     rev += 1;
+                }
+                Command::CancelWatch { watch_id } => {
+                    assert_eq!(watch_id, w);
+                    cancelled = true;
                 }
                 Command::Watch(wr) => reopened = Some(wr.start_revision),
                 _ => {}
@@ -793,11 +823,93 @@ fn a_long_paced_repair_cancels_the_watch_and_resumes_after_the_pass() {
         cmds = h.drain();
     }
     assert_eq!(repaired, 60);
+    assert!(
+        cancelled,
+        "the muted stream is closed once the pass is done"
+    );
     assert_eq!(
         reopened,
         Some(101),
-        "the watch resumes after what was delivered"
+        "the watch resumes after what was delivered before it was muted"
     );
+}
+
+/// Without the open stream nothing showed the agent that the source went away while a
+/// pass paced its repairs (simulator seed 798001376: a restore during a drain). A muted
+/// stream that breaks forgets the proof: the next repair waits for a point read, and one
+/// that finds another history stops the mirror before it writes.
+#[test]
+fn a_break_of_the_muted_watch_proves_the_history_before_the_next_repair() {
+    let mut h = Harness::new(paced_config(), 52);
+    let (w, mut cmds) = paced_repair_pass(&mut h);
+    // Every page was read; the proof is answered by hand. The repair sent before the
+    // break lands.
+    h.pass_fixture = None;
+    h.auto_proof = false;
+    let mut rev = 20;
+    while cmds.iter().any(|(_, c)| matches!(c, Command::Txn(_))) {
+        for (id, c) in std::mem::take(&mut cmds) {
+            if matches!(c, Command::Txn(_)) {
+                h.done(id, Ok(txn_ok(rev)));
+                rev += 1;
+            }
+        }
+        cmds = h.drain();
+    }
+    h.watch(
+        w,
+        WatchEvent::Failed {
+            failure: Failure::Transient {
+                message: "connection reset".into(),
+            },
+        },
+    );
+    let mut proof = None;
+    let mut repaired_after_break = 0;
+    for _ in 0..40 {
+        for (id, c) in std::mem::take(&mut cmds) {
+            match &c {
+                c if is_history_proof(c) => proof = Some((id, c.clone())),
+                Command::Txn(_) => {
+                    repaired_after_break += data_ops(&c).len();
+                    h.done(id, Ok(txn_ok(30)));
+                }
+                _ => {}
+            }
+        }
+        if proof.is_some() {
+            break;
+        }
+        h.advance(Duration::from_millis(500));
+        cmds = h.drain();
+    }
+    let (id, cmd) = proof.expect("a proof before the next repair");
+    assert_eq!(
+        repaired_after_break, 0,
+        "nothing is written between the break and the proof"
+    );
+    let Command::Range(r) = &cmd else {
+        unreachable!()
+    };
+    assert_eq!(
+        r.key,
+        b"/app/b".to_vec(),
+        "the anchor: the newest put copied"
+    );
+    // The source came back from a backup without that put.
+    h.done(id, Ok(range(140, vec![], false)));
+    let after = h.drain();
+    assert!(
+        !after.iter().any(|(_, c)| matches!(c, Command::Txn(_))),
+        "{after:#?}"
+    );
+    assert!(matches!(
+        h.stopped(),
+        Some(StopReason::Failed {
+            kind: FailKind::SourceHistoryMismatch,
+            ..
+        })
+    ));
 }
 
 /// Answers a clean verification round of the one-key fixture (watch opens filtered out);

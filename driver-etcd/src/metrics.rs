@@ -194,7 +194,7 @@ impl MirrorMetrics {
         );
         r.register(
             "watch_cancels_for_pacing",
-            "Source watch cancellations because a paced repair queued more than ~3s of work",
+            "Source watch pauses (stream kept open, its events dropped and read again later) because a paced repair queued more than ~3s of work",
             self.watch_cancels_for_pacing.clone(),
         );
         r.register(

@@ -289,7 +289,7 @@ async fn paced_repair(v: V) {
     )
     .await
     .unwrap();
-    // ~5 s of repairs, all queued at once: well over the 3 s that cancels the watch.
+    // ~5 s of repairs, all queued at once: well over the 3 s that pauses the watch.
     cfg.sync.max_ops_per_second = u32::try_from(PACED_KEYS / 5).unwrap();
     let mut a = InProc::start(cfg, 24);
     a.wait("resumed", 20 * SEC, |s| s.phase == Phase::Syncing)
@@ -313,10 +313,7 @@ async fn paced_repair(v: V) {
         t1.elapsed(),
         s.last_pass_duration_seconds
     );
-    assert!(
-        s.watch_cancels_for_pacing >= 1,
-        "watch cancelled for pacing"
-    );
+    assert!(s.watch_cancels_for_pacing >= 1, "watch paused for pacing");
     let d = s.last_drift.unwrap();
     assert_eq!(d.missing, PACED_KEYS as u64, "{d:?}");
     assert_eq!((d.divergent, d.orphan), (0, 0));

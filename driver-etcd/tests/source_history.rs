@@ -679,16 +679,21 @@ async fn restore(d: &mut Drill, tool: &Path, snap: &Path, scratch: &Path) -> boo
     same_cluster_id(d).await
 }
 
+/// The drill, with a source snapshot from halfway (revision 11) in a scratch dir and the
+/// tool that restores it; `None` (skipped, loudly) without a matching tool.
+async fn snapshot_drill(v: V) -> Option<(Drill, tempfile::TempDir, PathBuf, PathBuf)> {
+    let scratch = tempfile::tempdir().unwrap();
+    let snap = scratch.path().join("half.db");
+    let d = drill(v, Some(&snap)).await?;
+    let tool = restore_tool(&d.src, scratch.path()).await?;
+    Some((d, scratch, snap, tool))
+}
+
 /// The realistic restore: the source is restored from a snapshot taken halfway (revision
 /// 11), first as it is, then after a workload that diverges from the old one past the
 /// watermark. Then `abandonWatermark` with Overwrite.
 async fn older_snapshot(v: V) {
-    let scratch = tempfile::tempdir().unwrap();
-    let snap = scratch.path().join("half.db");
-    let Some(mut d) = drill(v, Some(&snap)).await else {
-        return;
-    };
-    let Some(tool) = restore_tool(&d.src, scratch.path()).await else {
+    let Some((mut d, scratch, snap, tool)) = snapshot_drill(v).await else {
         return;
     };
     let w = d.fence.watermark;
@@ -804,4 +809,80 @@ async fn snapshot_at_the_anchor(v: V) {
 both_versions!(
     a_snapshot_at_the_anchor_is_refused_by_the_replay,
     snapshot_at_the_anchor
+);
+
+/// A restore while a running agent's paced pass holds its watch paused. The paused stream
+/// stays open, so the source's restart fails it and the agent proves the history again
+/// before its next repair: it stops, and nothing of the restored history (the diverged
+/// values, the keys past the watermark) reaches the target. With the stream closed, the
+/// agent saw no break, finished the pass and then tailed the restored source from the old
+/// watermark.
+async fn restore_during_paced_pass(v: V) {
+    let Some((mut d, scratch, snap, tool)) = snapshot_drill(v).await else {
+        return;
+    };
+    let w = d.fence.watermark;
+    // Drift for a slow pass: every mirrored key gone from the target, repaired at 100
+    // ops/s (20 s, well past the 3 s after which the pass pauses the watch).
+    let mut t = d.tgt.client().await;
+    t.delete(
+        format!("{TP}k"),
+        Some(etcd_client::DeleteOptions::new().with_prefix()),
+    )
+    .await
+    .unwrap();
+    let mut cfg = d.cfg.clone();
+    cfg.sync.max_ops_per_second = 100;
+    let seed = d.seed();
+    let mut a = InProc::start(cfg, seed);
+    a.wait("resumed", 30 * SEC, |s| s.phase == Phase::Syncing)
+        .await;
+    a.ctl
+        .send(tidemark_core::mirror::Control::Reconcile)
+        .await
+        .unwrap();
+    let s = a
+        .wait("repairs under way, watch paused", 30 * SEC, |s| {
+            s.repaired_keys > 0 && s.watch_cancels_for_pacing >= 1
+        })
+        .await;
+    assert!(
+        s.repaired_keys < KEYS as u64 / 2,
+        "the pass must still be pacing: {}",
+        s.repaired_keys
+    );
+    if !restore(&mut d, &tool, &snap, scratch.path()).await {
+        return;
+    }
+    // Another history past the restore point, overtaking the watermark.
+    assert_eq!(put_keys(&d.src, KEYS / 2..KEYS, "diverged").await, w);
+    for i in 0..5 {
+        put(&d.src, format!("{SP}extra{i}"), "x").await;
+    }
+    let (reason, status) = a.stopped(60 * SEC).await;
+    let StopReason::Failed { kind, message } = reason else {
+        panic!("the agent should stop on the restored source, but stopped with {reason:?}; status {status:?}");
+    };
+    assert_eq!(kind, FailKind::SourceHistoryMismatch, "{message}");
+    eprintln!(
+        "restore_during_paced_pass {v:?}: stopped after {} repairs: {message}",
+        status.repaired_keys
+    );
+    assert!(
+        status.repaired_keys < KEYS as u64,
+        "stopped before the pass ended"
+    );
+    for (k, val) in target_keys(&d.tgt).await {
+        let (k, val) = (String::from_utf8_lossy(&k), String::from_utf8_lossy(&val));
+        assert!(
+            !val.starts_with("diverged") && !k.contains("extra"),
+            "the restored history reached the target: {k} = {val}"
+        );
+    }
+    let f = fence(&d.tgt, &d.cfg).await.expect("the fence");
+    assert_eq!(f.watermark, w, "the watermark did not move");
+}
+both_versions!(
+    a_restore_during_a_paced_pass_stops_before_the_next_repair,
+    restore_during_paced_pass
 );

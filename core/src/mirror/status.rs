@@ -177,7 +177,8 @@ pub struct Status {
     pub repaired_keys: u64,
     pub reconcile_passes: u64,
     pub last_pass_duration_seconds: f64,
-    /// Times a paced repair cancelled the source watch to bound its buffer.
+    /// Times a paced repair paused the source watch (stream kept open, events dropped) to
+    /// bound its buffer.
     pub watch_cancels_for_pacing: u64,
     /// The revision a drain waits for, once known.
     pub drain_target_revision: Option<i64>,

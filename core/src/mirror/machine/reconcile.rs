@@ -376,10 +376,12 @@ impl Mirror {
         // A long paced repair must not let the source watch buffer grow without bound.
         let queued: u64 = self.work.iter().map(|w| w.ops().len() as u64).sum();
         let pacing = self.pacing.pacer.queued(now) + self.pacing.pacer.cost(queued);
-        if self.pacing.pacer.enabled() && pacing > PACING_WATCH_CANCEL && self.tail.watch.is_some()
+        if self.pacing.pacer.enabled()
+            && pacing > PACING_WATCH_CANCEL
+            && self.tail.watch.is_some()
+            && !self.watch_muted()
         {
-            self.cancel_watch();
-            self.tail.watch_paused = true;
+            self.mute_watch();
             self.status.watch_cancels_for_pacing += 1;
         }
     }

@@ -9,8 +9,13 @@ pub(super) struct TailState {
     pub(super) next_watch_id: u64,
     /// Every event up to this revision has been delivered on the current watch line.
     pub(super) delivered: i64,
-    /// The watch was cancelled for backpressure and must reopen once the queue drains.
+    /// The watch stopped feeding for backpressure and must reopen once the queue drains.
     pub(super) watch_paused: bool,
+    /// The watch whose events are dropped while it is paused. Its stream stays open only
+    /// so that a source break (a restore needs a restart) still fails it and forces a new
+    /// proof; a closed stream would leave the agent blind to a restore while it writes
+    /// repairs or cuts over (see `mute_watch`).
+    pub(super) muted: Option<u64>,
     /// A watch on an etcd #18089 server whose start is not yet re-verified (id, from,
     /// recheck sent); target writes of its events wait for the recheck.
     pub(super) watch_unverified: Option<(u64, i64, bool)>,
@@ -34,6 +39,7 @@ impl TailState {
             next_watch_id: 1,
             delivered: 0,
             watch_paused: false,
+            muted: None,
             watch_unverified: None,
             next_progress_request: None,
             last_idle_advance: None,
@@ -158,9 +164,27 @@ impl Mirror {
     }
 
     pub(super) fn cancel_watch(&mut self) {
+        self.tail.muted = None;
         if let Some(id) = self.tail.watch.take() {
             self.issue(Job::Fire, Command::CancelWatch { watch_id: id });
         }
+    }
+
+    /// Stops feeding the tail from its watch until the queue drains (backpressure, a paced
+    /// pass), without closing the stream. Nothing else tells the agent that the source went
+    /// away and came back: a restore from a backup needs a restart, which fails an open
+    /// stream (and so forces a proof before the next write), while a closed one sees
+    /// nothing, so a pass could read pages of two histories and cut over on them (simulator
+    /// seed 798001376). What the muted stream delivers past its window is dropped; the
+    /// tail reopens at `delivered + 1` once the queue drains, as after a cancel.
+    pub(super) fn mute_watch(&mut self) {
+        self.tail.watch_paused = true;
+        self.tail.muted = self.tail.watch;
+    }
+
+    /// Whether the open watch is muted (its events are dropped, see `mute_watch`).
+    pub(super) fn watch_muted(&self) -> bool {
+        self.tail.muted.is_some() && self.tail.muted == self.tail.watch
     }
 
     pub(super) fn on_watch(&mut self, now: Instant, ev: WatchEvent) {
@@ -203,6 +227,9 @@ impl Mirror {
                 let Some(events) = self.replay_window(now, events) else {
                     return;
                 };
+                if self.watch_muted() {
+                    return;
+                }
                 // Every event up to `delivered` was delivered (or a trusted progress
                 // notification said so): one at or below it contradicts the stream, and
                 // applying it could record a split behind the watermark.
@@ -285,9 +312,8 @@ impl Mirror {
                     && self.history.verified
                     && self.batcher.queued_bytes() as u64 > self.cfg.sync.watch_buffer_bytes
                 {
-                    // Backpressure: stop reading until the target catches up.
-                    self.cancel_watch();
-                    self.tail.watch_paused = true;
+                    // Backpressure: stop feeding until the target catches up.
+                    self.mute_watch();
                 }
             }
             WatchEvent::Progress { revision } => {
@@ -297,7 +323,7 @@ impl Mirror {
                     return;
                 }
                 self.window_progress(now, revision);
-                if self.life.stage == Stage::Stopped {
+                if self.life.stage == Stage::Stopped || self.watch_muted() {
                     return;
                 }
                 let to = self.tail.delivered.max(revision);

@@ -387,7 +387,7 @@ impl Mirror {
             .is_some_and(|(n, _, plain)| n > plain);
         if self.life.stage == Stage::Tail && unreplayed && self.tail.watch.is_none() {
             // The point read proves the anchor only. Events fed after it came from a stream
-            // that is gone (cancelled for backpressure), and no new watch will replay them
+            // that is gone (it broke while paused), and no new watch will replay them
             // before they are written (docs/design.md, "Source history", rule 5).
             self.history.refeed = true;
         }
