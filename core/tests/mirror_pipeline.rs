@@ -311,3 +311,80 @@ fn a_reorder_halves_the_depth_and_it_then_grows_by_one_per_round() {
         "{after} in flight after a reorder at {before}"
     );
 }
+
+/// A target that keeps failing makes the agent stop reading the source (the client's
+/// buffer is unbounded) and resume from the record later. With the stream closed for the
+/// whole back-off nothing would show a source restart meanwhile, so the resume is a break:
+/// its first write waits for the point read (and, for an anchor the watch delivered, the
+/// window replay).
+#[test]
+fn a_watch_closed_for_target_failures_is_proven_again_before_the_next_write() {
+    let (mut h, w) = tailing(1, 91);
+    h.auto_proof = false;
+    let mut cmds = revision(&mut h, w, 101, b"/app/c");
+    let mut cancelled = false;
+    for _ in 0..10 {
+        for (id, c) in std::mem::take(&mut cmds) {
+            match c {
+                Command::Txn(_) => h.done(
+                    id,
+                    Err(Failure::Transient {
+                        message: "etcdserver: request timed out".into(),
+                    }),
+                ),
+                Command::CancelWatch { watch_id } => {
+                    assert_eq!(watch_id, w);
+                    cancelled = true;
+                }
+                // The outcome was unknown: the fence shows the Txn did not apply.
+                Command::Range(r) if r.key == FENCE => {
+                    let fence = h.applied_fence.clone();
+                    h.done(id, Ok(range(20, vec![kv(FENCE, &fence, 13)], false)));
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        if cancelled {
+            break;
+        }
+        h.advance(Duration::from_secs(2));
+        cmds = h.drain();
+    }
+    assert!(cancelled, "three failures in a row close the source watch");
+    let mut proof = None;
+    let mut watch = None;
+    for _ in 0..60 {
+        h.advance(Duration::from_secs(1));
+        for (id, c) in h.drain() {
+            match &c {
+                c if is_history_proof(c) => proof = Some((id, c.clone())),
+                Command::Watch(wr) => watch = Some(wr.start_revision),
+                Command::Txn(_) => panic!("a write before the proof: {c:?}"),
+                _ => {}
+            }
+        }
+        if proof.is_some() && watch.is_some() {
+            break;
+        }
+    }
+    let (id, cmd) = proof.expect("the resume proves the history first");
+    let Command::Range(r) = &cmd else {
+        unreachable!()
+    };
+    assert_eq!((r.key.as_slice(), r.revision), (&b"/app/b"[..], 60));
+    assert_eq!(
+        watch,
+        Some(101),
+        "the tail resumes from the record (watermark 100)"
+    );
+    // The source was restored without that put: the agent stops, writing nothing.
+    h.done(id, Ok(range(150, vec![], false)));
+    assert!(!h.drain().iter().any(|(_, c)| matches!(c, Command::Txn(_))));
+    assert!(matches!(
+        h.stopped(),
+        Some(StopReason::Failed {
+            kind: FailKind::SourceHistoryMismatch,
+            ..
+        })
+    ));
+}

@@ -589,8 +589,11 @@ impl Mirror {
         });
         if self.pacing.failures_in_row >= WATCH_CANCEL_AFTER_FAILURES && self.tail.watch.is_some() {
             // The source watch's client buffer is unbounded: stop reading and resume from
-            // the durable record once the target is writable again.
+            // the durable record once the target is writable again. With the stream closed
+            // nothing shows a source restart meanwhile: that is a break, proven again
+            // (point read and window) before the next write.
             self.cancel_watch();
+            self.history.unverify();
             self.work.clear();
             self.batcher.clear();
             self.pacing.resume_at = Some(at);

@@ -351,8 +351,10 @@ impl Mirror {
                     && self.tail.watch.is_some()
                 {
                     // As for any write (see `requeue_after_failure`): stop reading and
-                    // resume from the durable record once the target is writable again.
+                    // resume from the durable record once the target is writable again,
+                    // and prove the history again first.
                     self.cancel_watch();
+                    self.history.unverify();
                     self.work.clear();
                     self.batcher.clear();
                     self.pages.clear();

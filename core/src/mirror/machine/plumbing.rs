@@ -103,6 +103,12 @@ impl Mirror {
             self.cmds.retry = later;
             self.status.backoff = None;
             for r in due {
+                if matches!(r.job, Job::ProveHistory { round, .. } if !self.proof_is_current(round))
+                {
+                    // A retry of a round that passed or was replaced: its answer would be
+                    // ignored, so it would only cost the source a read.
+                    continue;
+                }
                 self.issue(r.job, r.cmd);
             }
         }

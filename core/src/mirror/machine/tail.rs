@@ -285,12 +285,15 @@ impl Mirror {
                     g.held.push_back(events);
                     if g.held_bytes > limit {
                         if g.step == GenStep::Scanning {
-                            // A long scan of a busy source: stop reading the watch rather
-                            // than grow or rescan. etcd keeps the history, and the watch
-                            // opens again from the base when the scan is done.
+                            // A long scan of a busy source: stop holding the watch's
+                            // events rather than grow or rescan. etcd keeps the history,
+                            // and a new watch replays it from the base when the scan is
+                            // done. The stream stays open (muted) so that a source
+                            // restart still fails it and forces a proof before the next
+                            // page is written (see `mute_watch`).
                             g.watch_paused = true;
                             self.status.genesis_watch_pauses += 1;
-                            self.cancel_watch();
+                            self.tail.muted = self.tail.watch;
                         } else {
                             self.restart_genesis(
                                 now,
