@@ -1125,16 +1125,20 @@ fn drive(h: &mut Harness, rev: &mut i64, src: i64) -> (Vec<TxnOp>, Option<WatchR
     (written, None)
 }
 
-#[test]
-fn a_scan_whose_held_events_overflow_pauses_its_watch_and_replays_it_after_the_scan() {
-    // The events a genesis holds while it scans are capped by sync.watchBufferBytes. Past
-    // the cap the watch stops (it used to restart the genesis, which on a large, busy
-    // source restarted it forever) and opens again from the base once the scan is done:
-    // what was held is written once, the replay is checked against it, and what follows
-    // is written after it.
+/// A genesis (watch buffer 64 KiB) whose watch delivers 100 KiB at revision 101 while its
+/// first scan page is in flight. Returns the harness, the watch, the watch-and-page
+/// commands (the page unanswered) and the big value.
+fn genesis_over_its_watch_buffer(
+    seed: u64,
+) -> (
+    Harness,
+    u64,
+    Vec<(tidemark_core::mirror::CommandId, Command)>,
+    Vec<u8>,
+) {
     let mut cfg = config(InitialSyncMode::RequireEmpty);
     cfg.sync.watch_buffer_bytes = 64 * 1024;
-    let mut h = Harness::new(cfg, 7);
+    let mut h = Harness::new(cfg, seed);
     claim_on_empty_target(&mut h, "3.5.13");
     let (id, cmd) = one(h.drain());
     assert!(is_r0(&cmd), "{cmd:?}");
@@ -1147,7 +1151,6 @@ fn a_scan_whose_held_events_overflow_pauses_its_watch_and_replays_it_after_the_s
     };
     let w1 = w.watch_id;
     h.done(cmds[0].0, Ok(Reply::WatchStarted));
-
     let big = vec![b'v'; 100 * 1024];
     h.watch(
         w1,
@@ -1156,6 +1159,17 @@ fn a_scan_whose_held_events_overflow_pauses_its_watch_and_replays_it_after_the_s
             events: vec![put_ev(b"/app/x", &big, 101)],
         },
     );
+    (h, w1, cmds, big)
+}
+
+#[test]
+fn a_scan_whose_held_events_overflow_pauses_its_watch_and_replays_it_after_the_scan() {
+    // The events a genesis holds while it scans are capped by sync.watchBufferBytes. Past
+    // the cap the watch stops (it used to restart the genesis, which on a large, busy
+    // source restarted it forever) and opens again from the base once the scan is done:
+    // what was held is written once, the replay is checked against it, and what follows
+    // is written after it.
+    let (mut h, w1, cmds, big) = genesis_over_its_watch_buffer(7);
     let paused = h.drain();
     assert!(
         !paused
@@ -1227,29 +1241,7 @@ fn a_scan_whose_held_events_overflow_pauses_its_watch_and_replays_it_after_the_s
 fn a_break_of_the_muted_genesis_watch_proves_the_history_before_the_next_page() {
     // The paused genesis keeps its stream open: a source restart (a restore from a backup
     // needs one) fails it, and the next page waits for a new proof, as the tail does.
-    let mut cfg = config(InitialSyncMode::RequireEmpty);
-    cfg.sync.watch_buffer_bytes = 64 * 1024;
-    let mut h = Harness::new(cfg, 8);
-    claim_on_empty_target(&mut h, "3.5.13");
-    let (id, cmd) = one(h.drain());
-    assert!(is_r0(&cmd), "{cmd:?}");
-    h.done(id, Ok(range(100, vec![], false)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(txn_ok(11)));
-    let cmds = h.drain();
-    let Command::Watch(w) = &cmds[0].1 else {
-        panic!("{cmds:#?}")
-    };
-    let w1 = w.watch_id;
-    h.done(cmds[0].0, Ok(Reply::WatchStarted));
-    let big = vec![b'v'; 100 * 1024];
-    h.watch(
-        w1,
-        WatchEvent::Events {
-            header_revision: 101,
-            events: vec![put_ev(b"/app/x", &big, 101)],
-        },
-    );
+    let (mut h, w1, cmds, _) = genesis_over_its_watch_buffer(8);
     assert!(h.drain().is_empty());
     assert_eq!(h.m.status().genesis_watch_pauses, 1);
     h.auto_proof = false;
