@@ -11,9 +11,10 @@
 
 use crate::exec::Executor;
 use tidemark_core::classify::Failure;
-use tidemark_core::etcd::{Cluster, Command, KeyValue, RangeReply, RangeRequest, Reply, SortBy};
+use tidemark_core::etcd::{Cluster, KeyValue, RangeReply, Reply};
 use tidemark_core::mirror::keys::Window;
-use tidemark_core::mirror::pager::{Next, PageReply, Pager};
+use tidemark_core::mirror::pager::{Hints, PageReply};
+use tidemark_core::mirror::walk::Walk;
 
 /// Keys one page returns at most; also the density each page's bound aims at.
 pub const PAGE_KEYS: u32 = 1000;
@@ -21,16 +22,13 @@ pub const PAGE_KEYS: u32 = 1000;
 /// page (10,000 keys hold the source's index lock for about 2 ms).
 pub const COUNT_KEYS: u32 = 10_000;
 
-/// A paged read of a list of windows on one cluster.
+/// A paged read of a list of windows on one cluster: the core's [`Walk`], run through the
+/// executor and pinned at the first reply's revision.
 #[derive(Debug)]
 pub struct PagedReader<'a> {
     exec: &'a Executor,
     cluster: Cluster,
-    windows: Vec<Window>,
-    window: usize,
-    /// The next key to read in the current window; empty = the window's start.
-    cursor: Vec<u8>,
-    pager: Pager,
+    walk: Walk,
     limit: u32,
     /// The revision pages are read at; 0 until the first reply pins it.
     revision: i64,
@@ -47,10 +45,7 @@ impl<'a> PagedReader<'a> {
         PagedReader {
             exec,
             cluster,
-            windows,
-            window: 0,
-            cursor: Vec::new(),
-            pager: Pager::default(),
+            walk: Walk::new(windows, &[], Hints::new()),
             limit: limit.max(1),
             revision: 0,
         }
@@ -63,66 +58,57 @@ impl<'a> PagedReader<'a> {
 
     /// Keys the server walked (the replies' `count`) and keys it returned, so far.
     pub fn walked(&self) -> (u64, u64) {
-        (self.pager.walked, self.pager.returned)
+        (self.walk.pager.walked, self.walk.pager.returned)
     }
 
     /// Whether every window has been read.
     pub fn done(&self) -> bool {
-        self.window >= self.windows.len()
+        self.walk.done()
     }
 
     /// The key-values of the next page, in key order (empty for a page that spanned a gap),
     /// or `None` once every window is read.
     pub async fn next_page(&mut self) -> Result<Option<Vec<KeyValue>>, Failure> {
-        let Some(w) = self.windows.get(self.window).cloned() else {
+        let Some((w, key, bound)) = self.walk.page().map(|(w, k, b)| (w.clone(), k, b)) else {
             return Ok(None);
         };
-        let (key, bound) = self.pager.page(&w, &self.cursor);
-        let r = self.read(key.clone(), bound.clone(), false).await?;
+        let r = self.read(self.limit, false).await?;
         let listed = !r.kvs.is_empty();
         // A server that lists keys outside the window is not believed about them.
         let kvs: Vec<KeyValue> = r.kvs.into_iter().filter(|kv| w.contains(&kv.key)).collect();
         let reply = PageReply::of(&kvs, r.more, r.count, listed, self.limit);
-        let next = self.pager.advance(&w, &key, &bound, reply);
-        self.step(next);
+        let next = self.walk.pager.advance(&w, &key, &bound, reply);
+        self.walk.step(next);
         Ok(Some(kvs))
     }
 
     /// Counts the keys of the next span without reading them, or `None` once every window
     /// is read. Each count walks about [`COUNT_KEYS`] keys.
     pub async fn next_count(&mut self) -> Result<Option<u64>, Failure> {
-        let Some(w) = self.windows.get(self.window).cloned() else {
+        let Some((w, key, bound)) = self.walk.page().map(|(w, k, b)| (w.clone(), k, b)) else {
             return Ok(None);
         };
-        let (key, bound) = self.pager.page(&w, &self.cursor);
-        let r = self.read(key.clone(), bound.clone(), true).await?;
+        // A count returns no keys: `count` is what it walked.
+        let r = self.read(0, true).await?;
         let next = self
+            .walk
             .pager
             .advance_count(&w, &key, &bound, r.count, COUNT_KEYS);
-        self.step(next);
+        self.walk.step(next);
         Ok(Some(u64::try_from(r.count).unwrap_or(0)))
     }
 
-    async fn read(
-        &mut self,
-        key: Vec<u8>,
-        range_end: Vec<u8>,
-        count_only: bool,
-    ) -> Result<RangeReply, Failure> {
-        let reply = self
-            .exec
-            .run(Command::Range(RangeRequest {
-                cluster: self.cluster,
-                key,
-                range_end,
-                revision: self.revision,
-                // A count returns no keys: `count` is what it walked.
-                limit: if count_only { 0 } else { i64::from(self.limit) },
-                count_only,
-                keys_only: false,
-                sort: SortBy::Key,
-            }))
-            .await?;
+    /// Reads the walk's next page (it is there: the callers looked first).
+    async fn read(&mut self, limit: u32, count_only: bool) -> Result<RangeReply, Failure> {
+        let Some(cmd) = self
+            .walk
+            .read(self.cluster, self.revision, limit, count_only, false)
+        else {
+            return Err(Failure::Unknown {
+                message: "a paged read past its last window".into(),
+            });
+        };
+        let reply = self.exec.run(cmd).await?;
         let Reply::Range(r) = reply else {
             return Err(Failure::Unknown {
                 message: format!("unexpected reply to a range read: {reply:?}"),
@@ -132,16 +118,5 @@ impl<'a> PagedReader<'a> {
             self.revision = r.header_revision;
         }
         Ok(r)
-    }
-
-    fn step(&mut self, next: Next) {
-        match next {
-            Next::From(c) => self.cursor = c,
-            Next::Done => {
-                self.window += 1;
-                self.cursor.clear();
-                self.pager.reset();
-            }
-        }
     }
 }

@@ -11,6 +11,7 @@ pub mod pager;
 mod point_map;
 pub mod status;
 pub mod version;
+pub mod walk;
 
 pub use checkpoint::{Checkpoint, Role};
 pub use finding::{AnchorDiff, AnchorField, HistoryFinding, Unconfirmed};

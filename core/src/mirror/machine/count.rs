@@ -9,10 +9,10 @@
 //! revision, so the sum is the count of one snapshot, and only the windows the mirror
 //! copies are counted (excluded prefixes are not in scope).
 
-use super::walk::Walk;
 use super::*;
 use crate::mirror::keys::Window;
 use crate::mirror::pager::Hints;
+use crate::mirror::walk::Walk;
 
 /// What a count is for; each genesis runs at most one count of each kind at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,7 +46,7 @@ impl KeyCount {
     /// The next read, or `None` once every window is counted.
     pub(super) fn cmd(&self) -> Option<Command> {
         // No limit: a count-only read returns no keys, and `count` is what it walked.
-        self.walk.read(self.rev, 0, true, false)
+        self.walk.read(Cluster::Source, self.rev, 0, true, false)
     }
 
     /// Takes the reply to [`KeyCount::cmd`]; true once every window is counted. `limit`

@@ -28,7 +28,6 @@ mod plumbing;
 mod reconcile;
 mod report;
 mod tail;
-mod walk;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;

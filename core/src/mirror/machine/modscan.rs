@@ -8,9 +8,9 @@
 //! and pinning them at the first page's revision makes them one snapshot. See
 //! docs/design.md, "Bounded scans".
 
-use super::walk::Walk;
 use super::*;
 use crate::mirror::keys::Window;
+use crate::mirror::walk::Walk;
 
 /// One snapshot scan in progress.
 #[derive(Debug, Clone)]
@@ -43,7 +43,7 @@ impl ModScan {
 
     /// The next page read, or `None` once every window is read.
     pub(super) fn cmd(&self, limit: u32) -> Option<Command> {
-        self.walk.read(self.at, limit, false, true)
+        self.walk.read(Cluster::Source, self.at, limit, false, true)
     }
 
     /// Takes one page; true once every window is read.
