@@ -18,6 +18,9 @@ use tidemark_core::mirror::{Checkpoint, CommandId, FailKind, StopReason};
 fn tailing(depth: u32, seed: u64) -> (Harness, u64) {
     let mut cfg = config(InitialSyncMode::RequireEmpty);
     cfg.sync.max_txns_in_flight = depth;
+    // One put fills half a Txn, so every revision may join the chain (a smaller one would
+    // wait for the Txn in flight).
+    cfg.sync.max_txn_ops = 3;
     let mut h = Harness::new(cfg, seed);
     let w = cold_start(&mut h, "3.5.13");
     (h, w)
@@ -387,4 +390,34 @@ fn a_watch_closed_for_target_failures_is_proven_again_before_the_next_write() {
             ..
         })
     ));
+}
+
+/// Small Txns do not pile up in flight: one beside another buys no throughput, and etcd
+/// reorders concurrent requests (each reorder costs the chain a re-send and half its
+/// depth). A revision that fills less than half a Txn waits for the one in flight, and
+/// what waited goes as one Txn when it lands.
+#[test]
+fn a_small_txn_waits_for_the_one_in_flight_and_what_waited_goes_as_one() {
+    let mut cfg = config(InitialSyncMode::RequireEmpty);
+    cfg.sync.max_txns_in_flight = 16;
+    cfg.sync.max_txn_ops = 128;
+    let mut h = Harness::new(cfg, 92);
+    let w = cold_start(&mut h, "3.5.13");
+    let (a, cmd) = one(revision(&mut h, w, 101, b"/app/a"));
+    assert_eq!(data_ops(&cmd), vec![put(b"/mirror/a", b"v")]);
+    h.advance(Duration::from_millis(20));
+    assert!(
+        revision(&mut h, w, 102, b"/app/b").is_empty(),
+        "b waits for a"
+    );
+    let c = revision(&mut h, w, 103, b"/app/c");
+    assert!(c.is_empty(), "c too: {c:?}");
+    h.done(a, Ok(txn_ok(20)));
+    let (_, cmd) = one(h.drain());
+    assert_eq!(
+        data_ops(&cmd),
+        vec![put(b"/mirror/b", b"v"), put(b"/mirror/c", b"v")],
+        "one Txn for what waited"
+    );
+    assert_eq!(fence_of(&cmd).watermark, 103);
 }

@@ -162,6 +162,24 @@ impl Batcher {
         self.pending_keys.clear();
     }
 
+    /// Whether what is ready fills at least half a Txn (or holds a part of a split
+    /// revision, which fills one): only then is a Txn worth sending beside one already in
+    /// flight (see the tail's pump in `commit.rs`).
+    pub fn fills_half_a_txn(&self) -> bool {
+        let (mut ops, mut bytes) = (0, 0);
+        for b in &self.ready {
+            if b.split.is_some() {
+                return true;
+            }
+            ops += b.ops.len();
+            bytes += b.bytes();
+            if ops * 2 >= self.limits.max_ops || bytes * 2 >= self.limits.max_bytes {
+                return true;
+            }
+        }
+        false
+    }
+
     /// The next batch to write. Whole revisions that were cut apart only because a watch
     /// response ended are merged back while they fit, so a backlog is written in full
     /// Txns instead of one revision per round trip; a revision is still never split.
