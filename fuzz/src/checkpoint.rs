@@ -47,9 +47,8 @@ pub fn run(data: &[u8]) {
             s.scanned
         );
     }
-    let residue = c.scan.as_ref().is_some_and(|s| s.residue_above.is_some());
     assert_eq!(
-        residue,
+        c.scan.as_ref().is_some_and(|s| s.residue_above.is_some()),
         c.v == RESIDUE_VERSION,
         "a residue mark must come with record version {RESIDUE_VERSION} and only with it (v {})",
         c.v

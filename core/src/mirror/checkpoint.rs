@@ -373,12 +373,9 @@ impl Checkpoint {
             if s.residue_above.is_some() && s.scanned {
                 return bad("scan.residue_above", "is set on a scan that is done");
             }
+            // A split may be recorded while genesis replays an oversized revision.
         }
-        let residue = self
-            .scan
-            .as_ref()
-            .is_some_and(|s| s.residue_above.is_some());
-        if residue != (self.v == RESIDUE_VERSION) {
+        if self.has_residue() != (self.v == RESIDUE_VERSION) {
             return bad(
                 "scan.residue_above",
                 "is present exactly in version 5 records",
@@ -440,14 +437,17 @@ impl Checkpoint {
         self.settle_version();
     }
 
+    /// Whether the record carries a resumed scan's residue mark (`scan.residue_above`).
+    pub fn has_residue(&self) -> bool {
+        self.scan
+            .as_ref()
+            .is_some_and(|s| s.residue_above.is_some())
+    }
+
     /// The version this record's content needs: 5 exactly while a residue is recorded, so
     /// every other record stays readable by the previous build.
     pub fn settle_version(&mut self) {
-        let residue = self
-            .scan
-            .as_ref()
-            .is_some_and(|s| s.residue_above.is_some());
-        if residue {
+        if self.has_residue() {
             self.v = RESIDUE_VERSION;
         } else if self.v == RESIDUE_VERSION {
             self.v = VERSION;
