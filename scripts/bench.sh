@@ -24,6 +24,7 @@
 #   bash scripts/bench.sh                      # N=1000000, WAN genesis of N keys
 #   N=200000 WAN=0 bash scripts/bench.sh       # quicker, local only
 #   N=20000 N_WAN=20000 LAT_SECONDS=3 LAG_SECONDS=5 MM_SECONDS=3 TAIL_RATE=5000 bash scripts/bench.sh
+#   PIN=1 N=300000 WAN=0 bash scripts/bench.sh # source and target sides on their own CPUs
 #   SYNC_EXTRA='pageKeyLimit: 10000, pageBytes: 4194304' bash scripts/bench.sh   # more sync settings
 #
 # The mirror reads bounded pages (etcd walks the whole requested range of a limited Range),
@@ -59,6 +60,22 @@ SYNC_EXTRA="${SYNC_EXTRA:-}"     # extra `sync:` settings, YAML flow syntax
 # distant mirror raises both (e.g. WAN_MAX_TXN_OPS=2048).
 WAN_MAX_TXN_OPS="${WAN_MAX_TXN_OPS:-$((OPS + 1))}"
 OUT="${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench.json}"
+# PIN=1 puts the source side (the source etcd and what writes to it: seeding, tail-lag and
+# source-latency load) on SOURCE_CPUS and the target side (target etcds, the agent, the raw
+# writers, the delay line, make-mirror, verify) on TARGET_CPUS, with taskset. In production
+# the source and the target are different clusters on different machines; unpinned on a
+# small machine, the source's put latency and the genesis/raw ratio measure how the target
+# etcd and the source's reads compete for the same cores, more than what the mirror costs.
+PIN="${PIN:-0}"
+SOURCE_CPUS="${SOURCE_CPUS:-0}"
+TARGET_CPUS="${TARGET_CPUS:-$(( $(nproc) > 1 ? 1 : 0 ))-$(( $(nproc) - 1 ))}"
+# Command prefixes; both exec the command, so `$!` of a background one is its pid.
+SRC_SIDE=(env)
+TGT_SIDE=(env)
+if [ "$PIN" = 1 ]; then
+  SRC_SIDE=(taskset -c "$SOURCE_CPUS")
+  TGT_SIDE=(taskset -c "$TARGET_CPUS")
+fi
 
 say() { printf '\n\033[1m==> %s\033[0m\n' "$*" >&2; }
 
@@ -105,7 +122,9 @@ start_etcd() { # NAME VAR [EXTRA_FLAG...]
   local name="$1" var="$2" cport pport url
   shift 2
   cport="$(free_port)"; pport="$(free_port)"
-  "$ETCD" --name "$name" --data-dir "$WORK/$name" \
+  local side=("${TGT_SIDE[@]}")
+  [ "$name" = source ] && side=("${SRC_SIDE[@]}")
+  "${side[@]}" "$ETCD" --name "$name" --data-dir "$WORK/$name" \
     --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
     --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
     --initial-cluster "$name=http://127.0.0.1:$pport" --logger zap --log-level error \
@@ -132,7 +151,7 @@ stop_etcd() { # NAME: kill it and free its disk
 
 # start_proxy UPSTREAM_URL: a delay line of RTT_MS in front of it; sets PROXY (URL), PROXY_PID.
 start_proxy() {
-  "$BENCH" delay-proxy --listen 127.0.0.1:0 --upstream "${1#http://}" --rtt-ms "$RTT_MS" \
+  "${TGT_SIDE[@]}" "$BENCH" delay-proxy --listen 127.0.0.1:0 --upstream "${1#http://}" --rtt-ms "$RTT_MS" \
     >"$WORK/proxy.addr" 2>"$WORK/proxy.log" &
   PROXY_PID=$!
   PIDS+=("$PROXY_PID")
@@ -153,7 +172,7 @@ sync: {maxTxnOps: ${MIRROR_TXN_OPS:-$((OPS + 1))}, progressInterval: 1s${SYNC_EX
 EOF
   ADMIN="127.0.0.1:$(free_port)"
   T0="$(date +%s.%N)"
-  "$MIRROR" run -c "$WORK/$tag.yaml" --admin-addr "$ADMIN" --control-socket "$WORK/$tag.sock" --no-progress --log-format json \
+  "${TGT_SIDE[@]}" "$MIRROR" run -c "$WORK/$tag.yaml" --admin-addr "$ADMIN" --control-socket "$WORK/$tag.sock" --no-progress --log-format json \
     2>"$WORK/agent-$tag.log" &
   AGENT=$!
   PIDS+=("$AGENT")
@@ -190,7 +209,7 @@ verify_mirror() {
     sed "s|^target: {endpointList: \[\"[^\"]*\"\]|target: {endpointList: [\"$2\"]|" "$cfg" >"$WORK/$tag-verify.yaml"
     cfg="$WORK/$tag-verify.yaml"
   fi
-  "$MIRROR" verify -c "$cfg" --wait 60s >"$WORK/verify-$tag.json" || { ok=false; VERIFY_FAILED=1; }
+  "${TGT_SIDE[@]}" "$MIRROR" verify -c "$cfg" --wait 60s >"$WORK/verify-$tag.json" || { ok=false; VERIFY_FAILED=1; }
   printf -v "VERIFIED_$tag" '%s' "$ok"
 }
 
@@ -251,15 +270,15 @@ start_etcd source SRC
 start_etcd target TGT
 
 say "seeding the source with $N keys ($VALUE_BYTES B values)"
-"$BENCH" load --endpoint "$SRC" --prefix /bench/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 4 >"$WORK/seed.json"
+"${SRC_SIDE[@]}" "$BENCH" load --endpoint "$SRC" --prefix /bench/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 4 >"$WORK/seed.json"
 
 # /raw*/ are left in place: they are outside the mirrored range (deleting 1M keys is slow).
 say "(a) raw target ingest ceiling: $N keys, $OPS puts per Txn, one Txn in flight"
-"$BENCH" load --endpoint "$TGT" --prefix /raw1/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 1 >"$WORK/raw.json"
+"${TGT_SIDE[@]}" "$BENCH" load --endpoint "$TGT" --prefix /raw1/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 1 >"$WORK/raw.json"
 RAW_RATE="$(json "$WORK/raw.json" keysPerSecond)"
 
 say "(a) raw target ingest ceiling: $N keys, $OPS puts per Txn, $DEPTH Txns in flight"
-"$BENCH" load --endpoint "$TGT" --prefix /rawd/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency "$DEPTH" >"$WORK/raw-depth.json"
+"${TGT_SIDE[@]}" "$BENCH" load --endpoint "$TGT" --prefix /rawd/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency "$DEPTH" >"$WORK/raw-depth.json"
 RAW_DEPTH_RATE="$(json "$WORK/raw-depth.json" keysPerSecond)"
 
 say "(b) tidemark genesis of $N keys"
@@ -271,7 +290,7 @@ verify_mirror local
 RSS_GENESIS_KB="$(awk '/^VmHWM/ {print $2}' "/proc/$AGENT/status")"
 
 say "(d) tail lag at $RATE writes/s for ${LAG_SECONDS}s"
-"$BENCH" tail-lag --source "$SRC" --target "$TGT" --source-prefix /bench/lag/ --target-prefix /mirror/lag/ \
+"${SRC_SIDE[@]}" "$BENCH" tail-lag --source "$SRC" --target "$TGT" --source-prefix /bench/lag/ --target-prefix /mirror/lag/ \
   --rate "$RATE" --seconds "$LAG_SECONDS" >"$WORK/lag.json"
 P50="$(json "$WORK/lag.json" p50Ms)"
 P99="$(json "$WORK/lag.json" p99Ms)"
@@ -279,7 +298,7 @@ MISSING="$(json "$WORK/lag.json" unobserved)"
 ACHIEVED="$(json "$WORK/lag.json" achievedRate)"
 
 say "(d) tail lag at $TAIL_RATE keys/s in $TAIL_OPS-op Txns for ${LAG_SECONDS}s"
-"$BENCH" tail-lag --source "$SRC" --target "$TGT" --source-prefix /bench/lagb/ --target-prefix /mirror/lagb/ \
+"${SRC_SIDE[@]}" "$BENCH" tail-lag --source "$SRC" --target "$TGT" --source-prefix /bench/lagb/ --target-prefix /mirror/lagb/ \
   --rate "$TAIL_RATE" --ops-per-txn "$TAIL_OPS" --seconds "$LAG_SECONDS" >"$WORK/lagb.json"
 BP50="$(json "$WORK/lagb.json" p50Ms)"
 BP99="$(json "$WORK/lagb.json" p99Ms)"
@@ -292,13 +311,13 @@ local_rssMiB="$(calc "$RSS_KB / 1024")"
 
 say "(c) etcdctl make-mirror of the same $N keys, time-boxed to ${MM_SECONDS}s"
 MM_T0="$(date +%s.%N)"
-ETCDCTL_API=3 timeout "$MM_SECONDS" "$ETCDCTL" --command-timeout=60s --endpoints "$SRC" make-mirror --prefix /bench/k --dest-prefix /mm/k "$TGT" >/dev/null 2>&1 || true
+ETCDCTL_API=3 "${TGT_SIDE[@]}" timeout "$MM_SECONDS" "$ETCDCTL" --command-timeout=60s --endpoints "$SRC" make-mirror --prefix /bench/k --dest-prefix /mm/k "$TGT" >/dev/null 2>&1 || true
 MM_SECS="$(calc "$(date +%s.%N) - $MM_T0")"
 MM_KEYS="$("$BENCH" count --endpoint "$TGT" --prefix /mm/)"
 MM_RATE="$(calc "$MM_KEYS / $MM_SECS")"
 
 say "(f) source put latency, no mirror running: $LAT_RATE puts/s for ${LAT_SECONDS}s"
-"$BENCH" source-latency --endpoint "$SRC" --prefix /bench/lat/base/ --seconds "$LAT_SECONDS" \
+"${SRC_SIDE[@]}" "$BENCH" source-latency --endpoint "$SRC" --prefix /bench/lat/base/ --seconds "$LAT_SECONDS" \
   --rate "$LAT_RATE" --value-bytes "$VALUE_BYTES" --slow-ms "$SLOW_MS" >"$WORK/lat-base.json"
 
 say "(f) source put latency during a genesis into a fresh target etcd"
@@ -306,7 +325,7 @@ start_etcd target2 TGT2
 GEN2_KEYS="$("$BENCH" count --endpoint "$SRC" --prefix /bench/)"
 start_mirror latgen "$SRC" /bench/ "$TGT2" /mirror/
 LAT_T0="$(date +%s.%N)"
-"$BENCH" source-latency --endpoint "$SRC" --prefix /bench/lat/gen/ --seconds "$LAT_SECONDS" \
+"${SRC_SIDE[@]}" "$BENCH" source-latency --endpoint "$SRC" --prefix /bench/lat/gen/ --seconds "$LAT_SECONDS" \
   --rate "$LAT_RATE" --value-bytes "$VALUE_BYTES" --slow-ms "$SLOW_MS" >"$WORK/lat-gen.json" &
 LAT_PID=$!
 PIDS+=("$LAT_PID")
@@ -340,16 +359,16 @@ if [ "$WAN" = 1 ]; then
   start_proxy "$TGTW"
 
   say "(g) raw ingest through the delay line: $WAN_RAW_N keys, one Txn in flight"
-  "$BENCH" load --endpoint "$PROXY" --prefix /raw1/k --count "$WAN_RAW_N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 1 >"$WORK/wraw.json"
+  "${TGT_SIDE[@]}" "$BENCH" load --endpoint "$PROXY" --prefix /raw1/k --count "$WAN_RAW_N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 1 >"$WORK/wraw.json"
   WRAW_RATE="$(json "$WORK/wraw.json" keysPerSecond)"
   say "(g) raw ingest through the delay line: $WAN_RAW_N keys, $DEPTH Txns in flight"
-  "$BENCH" load --endpoint "$PROXY" --prefix /rawd/k --count "$WAN_RAW_N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency "$DEPTH" >"$WORK/wraw-depth.json"
+  "${TGT_SIDE[@]}" "$BENCH" load --endpoint "$PROXY" --prefix /rawd/k --count "$WAN_RAW_N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency "$DEPTH" >"$WORK/wraw-depth.json"
   WRAW_DEPTH_RATE="$(json "$WORK/wraw-depth.json" keysPerSecond)"
   # One Txn in flight: OPS keys per (RTT + the local Txn time measured in (a)).
   WRAW_EXPECT="$(calc "$OPS / ($RTT_MS / 1000 + $OPS / $RAW_RATE)")"
 
   say "(g) seeding $N_WAN keys under /wan/ in the source"
-  "$BENCH" load --endpoint "$SRC" --prefix /wan/k --count "$N_WAN" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 4 >"$WORK/seed-wan.json"
+  "${SRC_SIDE[@]}" "$BENCH" load --endpoint "$SRC" --prefix /wan/k --count "$N_WAN" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 4 >"$WORK/seed-wan.json"
 
   say "(g) tidemark genesis of $N_WAN keys through the delay line"
   MIRROR_TXN_OPS="$WAN_MAX_TXN_OPS" start_mirror wan "$SRC" /wan/ "$PROXY" /mirror/
@@ -359,7 +378,7 @@ if [ "$WAN" = 1 ]; then
   verify_mirror wan "$TGTW"
 
   say "(g) WAN tail lag at $TAIL_RATE keys/s in $TAIL_OPS-op Txns for ${LAG_SECONDS}s"
-  "$BENCH" tail-lag --source "$SRC" --target "$TGTW" --source-prefix /wan/lag/ --target-prefix /mirror/lag/ \
+  "${SRC_SIDE[@]}" "$BENCH" tail-lag --source "$SRC" --target "$TGTW" --source-prefix /wan/lag/ --target-prefix /mirror/lag/ \
     --rate "$TAIL_RATE" --ops-per-txn "$TAIL_OPS" --seconds "$LAG_SECONDS" >"$WORK/wlag.json"
   WP50="$(json "$WORK/wlag.json" p50Ms)"
   WP99="$(json "$WORK/wlag.json" p99Ms)"
@@ -395,6 +414,7 @@ EOF
 
 cat >"$OUT" <<EOF
 {
+  "pinned": $([ "$PIN" = 1 ] && printf '{"sourceCpus": "%s", "targetCpus": "%s"}' "$SOURCE_CPUS" "$TARGET_CPUS" || printf null),
   "n": $N, "valueBytes": $VALUE_BYTES, "opsPerTxn": $OPS, "depth": $DEPTH, "etcd": "$("$ETCD" --version | head -1 | awk '{print $3}')",
   "rawIngestKeysPerSecond": $(f0 "$RAW_RATE"),
   "rawIngestDepthKeysPerSecond": $(f0 "$RAW_DEPTH_RATE"),
@@ -436,6 +456,7 @@ EOF
 row() { printf '%-50s %16s %s\n' "$1" "$2" "${3:-}"; }
 # Keys a tail wrote that never reached the target in time: their lag is a lower bound.
 missing_row() { [ "${2:-0}" = 0 ] || row "$1   keys not on the target in time" "$2" "0 (lag above: lower bound)"; }
+if [ "$PIN" = 1 ]; then printf '\npinned: source side on CPUs %s, target side (agent included) on CPUs %s\n' "$SOURCE_CPUS" "$TARGET_CPUS"; fi
 printf '\n%-50s %16s %s\n' "measure" "value" "target"
 row "--------------------------------------------------" "----------------" "------"
 row "(a) raw target ingest, 1 Txn in flight (keys/s)" "$(t0 "$RAW_RATE")"

@@ -39,6 +39,8 @@ pub fn config_for(o: &Options, variant: u32) -> MirrorConfig {
             c.sync.reconnect_backoff.initial_delay = Duration::from_millis(200);
             c.sync.reconnect_backoff.max_delay = Duration::from_secs(5);
             c.sync.request_timeout = Duration::from_secs(2);
+            // Bulk source reads wait out their share of the source between them.
+            c.sync.source_read_percent = 30;
         }
         4 => {
             c.sync.max_ops_per_second = 500;

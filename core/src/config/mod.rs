@@ -215,6 +215,12 @@ pub struct SyncSpec {
     /// Target ops per second; 0 means unpaced.
     #[serde(default)]
     pub max_ops_per_second: u32,
+    /// Percent of the source's time that a genesis's reads (scan pages, key counts) may
+    /// keep it busy: after each read the mirror waits in proportion to the read's time
+    /// less the round trip. 100 reads back to back. See docs/design.md, "Bounded scans".
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 100)))]
+    #[serde(default = "default_source_read_percent")]
+    pub source_read_percent: u32,
     /// Deadline for each unary RPC (never the watch).
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     #[serde(default = "d_10s", with = "duration")]
@@ -252,6 +258,7 @@ impl Default for SyncSpec {
             page_bytes: default_page_bytes(),
             watch_buffer_bytes: default_watch_buffer_bytes(),
             max_ops_per_second: 0,
+            source_read_percent: default_source_read_percent(),
             request_timeout: d_10s(),
             reconnect_backoff: BackoffSpec::default(),
             oversized_revision: OversizedRevision::default(),
@@ -352,6 +359,9 @@ fn default_page_key_limit() -> u32 {
     // Also the keys one bounded count read walks under the source's index lock; scan
     // pages still shrink to fit `pageBytes`.
     10_000
+}
+fn default_source_read_percent() -> u32 {
+    100
 }
 fn default_page_bytes() -> u64 {
     2 << 20

@@ -78,6 +78,15 @@ impl MirrorConfig {
                 format!("is {}; use 1..64", s.max_txns_in_flight),
             );
         }
+        if s.source_read_percent == 0 || s.source_read_percent > 100 {
+            bad(
+                "sync.sourceReadPercent",
+                format!(
+                    "is {}; use 1..100 (100 reads the source back to back)",
+                    s.source_read_percent
+                ),
+            );
+        }
         if s.page_key_limit == 0 || s.page_key_limit > 100_000 {
             bad(
                 "sync.pageKeyLimit",
@@ -434,6 +443,7 @@ mod tests {
     fn validate_reports_every_problem_with_field_names() {
         let mut c = valid();
         c.sync.max_txn_ops = 1;
+        c.sync.source_read_percent = 0;
         c.initial_sync.start_revision = 5;
         c.target.tls = Some(TlsSpec {
             insecure_skip_verify: true,
@@ -444,6 +454,7 @@ mod tests {
         let fields: Vec<_> = errs.iter().map(|p| p.field.as_str()).collect();
         for f in [
             "sync.maxTxnOps",
+            "sync.sourceReadPercent",
             "initialSync.startRevision",
             "target.tls",
             "target.tls.insecureSkipVerify",

@@ -9,6 +9,7 @@ pub mod keys;
 mod machine;
 pub mod pager;
 mod point_map;
+pub mod source_share;
 pub mod status;
 pub mod version;
 pub mod walk;

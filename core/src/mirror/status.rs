@@ -209,6 +209,8 @@ pub struct Status {
     pub source_longest_walk: u64,
     /// Time the genesis scan waited for the target to take what was read ahead.
     pub reader_stall_seconds: f64,
+    /// Time bulk source reads waited to keep to `sync.sourceReadPercent`.
+    pub source_read_wait_seconds: f64,
     /// Times a chain of pipelined Txns broke (a Txn failed with later ones in flight) and
     /// the mirror resumed from the fence.
     pub chain_breaks: u64,

@@ -76,6 +76,10 @@ impl World {
         self.coverage
             .add("core.residue_keys_deleted", s.residue_keys_deleted);
         self.coverage.add("core.applied_txns", s.applied_txns);
+        self.coverage.add(
+            "core.source_read_wait_ms",
+            (s.source_read_wait_seconds * 1000.0) as u64,
+        );
     }
 
     pub(super) fn restart(&mut self, agent: u32, variant: Option<u32>) {

@@ -87,7 +87,7 @@ impl Mirror {
         g.counts.insert(of, count);
         match next {
             Some(cmd) => {
-                self.issue(Job::Count { seq, of }, cmd);
+                self.issue_bulk_read(Job::Count { seq, of }, cmd);
             }
             // Nothing in scope from `from` on: the count is 0.
             None => self.count_done(of),
@@ -112,7 +112,7 @@ impl Mirror {
         match next {
             Some(cmd) => {
                 let seq = self.life.gen_seq;
-                self.issue(Job::Count { seq, of }, cmd);
+                self.issue_bulk_read(Job::Count { seq, of }, cmd);
             }
             None => self.count_done(of),
         }

@@ -274,7 +274,7 @@ impl Mirror {
                 if let Some(g) = &mut self.gen {
                     g.reading = true;
                 }
-                self.issue(Job::ScanPage(self.life.gen_seq), cmd);
+                self.issue_bulk_read(Job::ScanPage(self.life.gen_seq), cmd);
             }
             None => {
                 // Past the last window: record that the scan is complete.

@@ -44,6 +44,7 @@ use crate::mirror::checkpoint::{Checkpoint, Role, Scan, Split, VERSION};
 use crate::mirror::io::{CommandId, Control, FailKind, Input, Output, StopReason};
 use crate::mirror::keys::{before_end, KeySpace};
 use crate::mirror::pager::{self, PageReply, Pager};
+use crate::mirror::source_share::SourceShare;
 use crate::mirror::status::{BackoffState, ConditionType as C, Counts, Cutover, Phase, Status};
 use crate::mirror::version::Version;
 use crate::rng::Rng;
@@ -397,6 +398,7 @@ impl Mirror {
                 hold_until: None,
                 quota_probe_at: None,
                 resume_at: None,
+                share: SourceShare::new(s.source_read_percent),
             },
             recon: Reconciliation::default(),
             drain: Draining {
@@ -437,8 +439,10 @@ impl Mirror {
         if self.life.stage == Stage::Stopped {
             return;
         }
+        self.cmds.now = now;
         match input {
             Input::Done { id, result } => {
+                self.note_read_latency(now, id, result.is_ok());
                 let Some(job) = self.cmds.inflight.remove(&id) else {
                     return;
                 };
@@ -459,6 +463,7 @@ impl Mirror {
 
     /// The next output. Drain until `Timeout` or `Stopped`.
     pub fn poll_output(&mut self, now: Instant) -> Output {
+        self.cmds.now = now;
         if !self.life.started {
             self.life.started = true;
             self.status.phase = Phase::Connecting;

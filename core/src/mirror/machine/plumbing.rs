@@ -39,6 +39,43 @@ pub(super) struct Commands {
     pub(super) inflight: BTreeMap<CommandId, Job>,
     /// Reads (and watch reopens) waiting out a backoff, in the order they failed.
     pub(super) retry: Vec<Retry>,
+    /// The time of the input or poll being handled: when a command issued now goes out.
+    pub(super) now: Instant,
+    /// When each source read whose latency paces the bulk reads was issued.
+    pub(super) timed: BTreeMap<CommandId, (Instant, ReadCost)>,
+    /// Bulk source reads waiting for the source's share (`sync.sourceReadPercent`), in
+    /// the order they were asked for.
+    pub(super) deferred: VecDeque<Deferred>,
+}
+
+/// What a source read's latency says about the source (see `source_share.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadCost {
+    /// One key, no walk: about the round trip.
+    Point,
+    /// A page or a count: source work, paced by `sync.sourceReadPercent`.
+    Bulk,
+}
+
+/// A bulk source read held back by `sync.sourceReadPercent`.
+#[derive(Debug, Clone)]
+pub(super) struct Deferred {
+    job: Job,
+    cmd: Command,
+    since: Instant,
+}
+
+impl Job {
+    /// How the job's latency is used to pace bulk source reads.
+    fn read_cost(&self) -> Option<ReadCost> {
+        match self {
+            Job::ScanPage(_) | Job::Count { .. } => Some(ReadCost::Bulk),
+            Job::ReadR0(_) | Job::WatchGuard { .. } | Job::WatchRecheck { .. } => {
+                Some(ReadCost::Point)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl Commands {
@@ -49,6 +86,9 @@ impl Commands {
             out: VecDeque::new(),
             inflight: BTreeMap::new(),
             retry: Vec::new(),
+            now: Instant::ZERO,
+            timed: BTreeMap::new(),
+            deferred: VecDeque::new(),
         }
     }
 }
@@ -64,16 +104,71 @@ pub(super) struct Pacing {
     pub(super) hold_until: Option<Instant>,
     pub(super) quota_probe_at: Option<Instant>,
     pub(super) resume_at: Option<Instant>,
+    /// The source's share of bulk reads (`sync.sourceReadPercent`).
+    pub(super) share: SourceShare,
 }
 
 impl Mirror {
     pub(super) fn issue(&mut self, job: Job, cmd: Command) -> CommandId {
         let id = self.cmds.next_id;
         self.cmds.next_id += 1;
+        if let Some(cost) = job.read_cost() {
+            self.cmds.timed.insert(id, (self.cmds.now, cost));
+        }
         self.cmds.inflight.insert(id, job);
         self.note_issue(id, &cmd);
         self.cmds.out.push_back(Output::Command { id, cmd });
         id
+    }
+
+    /// Issues a bulk source read (a scan page, a count read) now, or once the source's
+    /// share allows it (`sync.sourceReadPercent`; see `source_share.rs`).
+    pub(super) fn issue_bulk_read(&mut self, job: Job, cmd: Command) {
+        let now = self.cmds.now;
+        if self.cmds.deferred.is_empty() && self.pacing.share.ready(now) {
+            self.issue(job, cmd);
+        } else {
+            self.cmds.deferred.push_back(Deferred {
+                job,
+                cmd,
+                since: now,
+            });
+        }
+    }
+
+    /// Takes the latency of a completed source read into the pacing of bulk reads.
+    pub(super) fn note_read_latency(&mut self, now: Instant, id: CommandId, ok: bool) {
+        let Some((sent, cost)) = self.cmds.timed.remove(&id) else {
+            return;
+        };
+        if !ok {
+            // A failure's latency is the network's or a timeout's, not the source's work.
+            return;
+        }
+        let latency = now.saturating_duration_since(sent);
+        match cost {
+            ReadCost::Point => self.pacing.share.note_point_read(latency),
+            ReadCost::Bulk => self.pacing.share.note_bulk_read(now, latency),
+        }
+    }
+
+    /// Issues the bulk reads whose wait is over; drops those of a superseded genesis.
+    fn issue_deferred_reads(&mut self, now: Instant) {
+        while self.pacing.share.ready(now) {
+            let Some(d) = self.cmds.deferred.pop_front() else {
+                return;
+            };
+            let seq = match d.job {
+                Job::ScanPage(seq) | Job::Count { seq, .. } => seq,
+                _ => self.life.gen_seq,
+            };
+            if self.gen.as_ref().is_none_or(|g| g.seq != seq) {
+                continue;
+            }
+            self.status.source_read_wait_seconds +=
+                now.saturating_duration_since(d.since).as_secs_f64();
+            self.issue(d.job, d.cmd);
+        }
     }
 
     pub(super) fn retry_later(&mut self, now: Instant, job: Job, cmd: Command, throttled: bool) {
@@ -112,6 +207,7 @@ impl Mirror {
                 self.issue(r.job, r.cmd);
             }
         }
+        self.issue_deferred_reads(now);
         if self.pacing.hold_until.is_some_and(|t| t <= now) {
             self.pacing.hold_until = None;
             self.status.backoff = None;
@@ -161,6 +257,9 @@ impl Mirror {
             self.tail.watch.and(self.tail.next_progress_request),
             self.gen.as_ref().and_then(|g| g.probe_at),
             self.pacer_deadline(),
+            (!self.cmds.deferred.is_empty())
+                .then(|| self.pacing.share.wait_until(now))
+                .flatten(),
             self.drain_watch_deadline(),
             self.window_deadline(),
         ]
