@@ -152,22 +152,32 @@ impl Mirror {
         }
     }
 
-    /// Issues the bulk reads whose wait is over; drops those of a superseded genesis.
+    /// Issues the bulk reads whose wait is over, each as its scan or count would make it
+    /// now; those of a superseded genesis (or a finished count) are dropped.
     fn issue_deferred_reads(&mut self, now: Instant) {
         while self.pacing.share.ready(now) {
             let Some(d) = self.cmds.deferred.pop_front() else {
                 return;
             };
-            let seq = match d.job {
-                Job::ScanPage(seq) | Job::Count { seq, .. } => seq,
-                _ => self.life.gen_seq,
+            let current = match d.job {
+                Job::ScanPage(seq) => self
+                    .gen
+                    .as_ref()
+                    .filter(|g| g.seq == seq)
+                    .and_then(|_| self.scan_cmd()),
+                Job::Count { seq, of } => self
+                    .gen
+                    .as_ref()
+                    .filter(|g| g.seq == seq)
+                    .and_then(|_| self.count_cmd_of(of)),
+                _ => Some(d.cmd),
             };
-            if self.gen.as_ref().is_none_or(|g| g.seq != seq) {
+            let Some(cmd) = current else {
                 continue;
-            }
+            };
             self.status.source_read_wait_seconds +=
                 now.saturating_duration_since(d.since).as_secs_f64();
-            self.issue(d.job, d.cmd);
+            self.issue(d.job, cmd);
         }
     }
 
