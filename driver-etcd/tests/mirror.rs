@@ -87,6 +87,36 @@ both_versions!(
     cold_start_and_live_tail
 );
 
+/// `sync.sourceReadPercent`: a genesis that may keep the source busy a fifth of the time
+/// waits between its reads, and still copies every key.
+async fn source_share(v: V) {
+    let Some((src, tgt)) = pair(v, Flags::default()).await else {
+        return;
+    };
+    load(&src, "/app/", 3000, 256).await;
+    let mut cfg = config(&src, "/app/", &tgt, "/mirror/");
+    cfg.sync.page_key_limit = 200;
+    cfg.sync.source_read_percent = 20;
+    let mut a = InProc::start(cfg, 5);
+    let rev = revision(&src).await;
+    let s = a
+        .wait("initial sync", 60 * SEC, |s| {
+            syncing(s) && s.last_applied_revision >= rev
+        })
+        .await;
+    assert_eq!(s.initial_sync_copied_key_count, 3000);
+    assert!(
+        s.source_read_wait_seconds > 0.0,
+        "no read waited for the source's share: {s:?}"
+    );
+    converge(&src, "/app/", &tgt, "/mirror/", &[], 10 * SEC).await;
+    assert_eq!(a.shutdown().await, StopReason::Shutdown);
+}
+both_versions!(
+    a_genesis_at_a_fifth_of_the_source_waits_and_copies_everything,
+    source_share
+);
+
 async fn compaction_during_genesis(v: V) {
     let Some((src, tgt)) = pair(v, Flags::default()).await else {
         return;
