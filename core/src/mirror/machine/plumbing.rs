@@ -57,11 +57,11 @@ pub(super) enum ReadCost {
     Bulk,
 }
 
-/// A bulk source read held back by `sync.sourceReadPercent`.
+/// A bulk source read held back by `sync.sourceReadPercent`; its command is built when
+/// it goes (`command_for`).
 #[derive(Debug, Clone)]
 pub(super) struct Deferred {
     job: Job,
-    cmd: Command,
     since: Instant,
 }
 
@@ -128,11 +128,7 @@ impl Mirror {
         if self.cmds.deferred.is_empty() && self.pacing.share.ready(now) {
             self.issue(job, cmd);
         } else {
-            self.cmds.deferred.push_back(Deferred {
-                job,
-                cmd,
-                since: now,
-            });
+            self.cmds.deferred.push_back(Deferred { job, since: now });
         }
     }
 
@@ -159,20 +155,15 @@ impl Mirror {
             let Some(d) = self.cmds.deferred.pop_front() else {
                 return;
             };
-            let current = match d.job {
-                Job::ScanPage(seq) => self
-                    .gen
-                    .as_ref()
-                    .filter(|g| g.seq == seq)
-                    .and_then(|_| self.scan_cmd()),
-                Job::Count { seq, of } => self
-                    .gen
-                    .as_ref()
-                    .filter(|g| g.seq == seq)
-                    .and_then(|_| self.count_cmd_of(of)),
-                _ => Some(d.cmd),
+            let seq = match d.job {
+                Job::ScanPage(seq) | Job::Count { seq, .. } => seq,
+                // Only scan pages and count reads are held back.
+                _ => continue,
             };
-            let Some(cmd) = current else {
+            if self.gen.as_ref().is_none_or(|g| g.seq != seq) {
+                continue;
+            }
+            let Some(cmd) = self.command_for(&d.job) else {
                 continue;
             };
             self.status.source_read_wait_seconds +=
