@@ -8,6 +8,9 @@
 //! - `source-latency`: open-loop single-key puts at a fixed rate; put latency p50/p99/max
 //!   (how much a running mirror hurts the source's own writers).
 //! - `delay-proxy`: a TCP delay line standing in for a WAN link (no netem on this kernel).
+//! - `chain`: a chain of fenced Txns like the mirror's (each compares a key with the value
+//!   the one before it writes), DEPTH in flight with at least GAP between two sends; how
+//!   often etcd runs a Txn before its predecessor (docs/design.md, "Pipelined commits").
 //! - `count`: keys under a prefix.
 
 use anyhow::Context;
@@ -101,6 +104,28 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         rtt_ms: u64,
     },
+    /// Send COUNT chained Txns of OPS_PER_TXN puts each, DEPTH in flight, sends at least
+    /// GAP_US apart; a Txn that arrived before its predecessor is sent again. Reports
+    /// keys/s and the re-sends.
+    Chain {
+        #[arg(long)]
+        endpoint: String,
+        #[arg(long)]
+        prefix: String,
+        #[arg(long, default_value_t = 2000)]
+        count: u64,
+        #[arg(long, default_value_t = 127)]
+        ops_per_txn: u64,
+        #[arg(long, default_value_t = 256)]
+        value_bytes: usize,
+        #[arg(long, default_value_t = 16)]
+        depth: u64,
+        #[arg(long, default_value_t = 0)]
+        gap_us: u64,
+        /// Connections the Txns take turns on (Txn n uses connection n mod CONNECTIONS).
+        #[arg(long, default_value_t = 1)]
+        connections: u64,
+    },
     /// Print the number of keys under PREFIX.
     Count {
         #[arg(long)]
@@ -168,6 +193,26 @@ async fn main() -> anyhow::Result<()> {
             upstream,
             rtt_ms,
         } => delay_proxy(&listen, &upstream, Duration::from_micros(rtt_ms * 500)).await,
+        Cmd::Chain {
+            endpoint,
+            prefix,
+            count,
+            ops_per_txn,
+            value_bytes,
+            depth,
+            gap_us,
+            connections,
+        } => {
+            let shape = ChainShape {
+                count,
+                ops: ops_per_txn.max(1),
+                value_bytes,
+                depth: depth.max(1),
+                gap: Duration::from_micros(gap_us),
+                connections: connections.max(1),
+            };
+            chain(&endpoint, &prefix, shape).await
+        }
         Cmd::Count { endpoint, prefix } => {
             let mut c = Client::connect([endpoint.as_str()], None).await?;
             let r = c
@@ -230,6 +275,107 @@ async fn load(
             "keysPerSecond": count as f64 / secs,
             "opsPerTxn": ops,
             "concurrency": concurrency.max(1),
+        })
+    );
+    Ok(())
+}
+
+/// The Txns of `chain`.
+#[derive(Debug, Clone, Copy)]
+struct ChainShape {
+    count: u64,
+    ops: u64,
+    value_bytes: usize,
+    depth: u64,
+    gap: Duration,
+    connections: u64,
+}
+
+/// Txn `seq` compares `{prefix}fence` with `seq - 1` and writes `seq` there with its puts;
+/// it fails (and reads the fence) when its predecessor has not applied yet.
+async fn chain(endpoint: &str, prefix: &str, shape: ChainShape) -> anyhow::Result<()> {
+    let mut clients = Vec::new();
+    for _ in 0..shape.connections {
+        let mut c = Client::connect([endpoint], None).await.context("connect")?;
+        c.status().await.context("warm-up")?;
+        clients.push(c);
+    }
+    let mut c = clients[0].clone();
+    let fence = format!("{prefix}fence");
+    c.put(fence.as_str(), "0", None).await.context("fence")?;
+    let value = vec![b'v'; shape.value_bytes];
+    let (tx, mut rx) = mpsc::unbounded_channel::<(u64, anyhow::Result<bool>)>();
+    let send = |seq: u64| {
+        // `clients` has `connections` (at least one) entries.
+        let mut c = clients[(seq % shape.connections) as usize].clone();
+        let tx = tx.clone();
+        let fence = fence.clone();
+        let puts: Vec<TxnOp> = (0..shape.ops)
+            .map(|j| TxnOp::put(format!("{prefix}{seq:08}-{j:04}"), value.clone(), None))
+            .chain([TxnOp::put(fence.as_str(), seq.to_string(), None)])
+            .collect();
+        tokio::spawn(async move {
+            let txn = Txn::new()
+                .when([etcd_client::Compare::value(
+                    fence.as_str(),
+                    etcd_client::CompareOp::Equal,
+                    (seq - 1).to_string(),
+                )])
+                .and_then(puts);
+            let r = c.txn(txn).await.map(|r| r.succeeded()).map_err(Into::into);
+            // The receiver outlives every sender.
+            let _ = tx.send((seq, r));
+        });
+    };
+    let t0 = Instant::now();
+    let mut last_send: Option<Instant> = None;
+    let mut next = 1u64;
+    let mut in_flight = 0u64;
+    let mut applied = 0u64;
+    let mut resends = 0u64;
+    let mut redo: std::collections::VecDeque<u64> = Default::default();
+    while applied < shape.count {
+        // Send while there is room, spacing the sends by the gap.
+        while in_flight < shape.depth && (!redo.is_empty() || next <= shape.count) {
+            if let Some(at) = last_send.map(|t| t + shape.gap) {
+                if Instant::now() < at {
+                    tokio::time::sleep_until(at.into()).await;
+                }
+            }
+            let seq = redo.pop_front().unwrap_or_else(|| {
+                next += 1;
+                next - 1
+            });
+            send(seq);
+            last_send = Some(Instant::now());
+            in_flight += 1;
+        }
+        let Some((seq, r)) = rx.recv().await else {
+            anyhow::bail!("every Txn task ended");
+        };
+        in_flight -= 1;
+        if r.with_context(|| format!("txn {seq}"))? {
+            applied += 1;
+        } else {
+            // Arrived before its predecessor: send it again (in seq order).
+            resends += 1;
+            let at = redo.partition_point(|s| *s < seq);
+            redo.insert(at, seq);
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        serde_json::json!({
+            "txns": shape.count,
+            "opsPerTxn": shape.ops,
+            "depth": shape.depth,
+            "gapMicros": shape.gap.as_micros() as u64,
+            "connections": shape.connections,
+            "seconds": secs,
+            "keysPerSecond": (shape.count * shape.ops) as f64 / secs,
+            "resends": resends,
+            "resendsPerTxn": resends as f64 / shape.count as f64,
         })
     );
     Ok(())
