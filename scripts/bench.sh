@@ -235,7 +235,7 @@ f2() { if num "${1:-}"; then printf '%.2f' "$1"; else printf null; fi; }
 t0() { if num "${1:-}"; then printf '%.0f' "$1"; else printf 'n/a'; fi; }
 t2() { if num "${1:-}"; then printf '%.2f' "$1"; else printf 'n/a'; fi; }
 
-STATUS_FIELDS=(sourceKeysWalked sourceKeysReturned sourceLongestWalk chainBreaks chainReorders pageResends scanCursorWrites appliedTxns readerStallSeconds)
+STATUS_FIELDS=(sourceKeysWalked sourceKeysReturned sourceLongestWalk chainBreaks chainReorders chainSendGapSeconds pageResends scanCursorWrites appliedTxns readerStallSeconds)
 
 # collect_mirror TAG: the agent's /statusz fields and peak RSS, into TAG_<field> variables,
 # then stops the agent.

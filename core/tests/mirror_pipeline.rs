@@ -105,15 +105,60 @@ fn a_txn_that_arrived_before_its_predecessor_is_sent_again_as_it_was() {
     let (a, b) = two_in_flight(&mut h, w);
     // b reached the server first: its compare failed against the durable record.
     h.done(b.0, Ok(compare_failed(&base, 29)));
-    // The same Txn again, at once: the chain holds (nothing after b needs rebuilding).
-    let (b2, again) = one(h.drain());
-    assert_eq!(again, b.1, "sent again unchanged");
     assert_eq!(h.m.status().chain_reorders, 1);
+    // It waits for a's reply: sent again before a has applied, it would fail again.
+    assert!(h.drain().is_empty(), "b was sent again before a replied");
     h.done(a.0, Ok(txn_ok(30)));
     assert_eq!(h.m.status().last_applied_revision, 101);
+    // Then the same Txn again, once the gap since the last send is over: the chain holds
+    // (nothing after b needs rebuilding).
+    h.advance(Duration::from_millis(1));
+    let (b2, again) = one(h.drain());
+    assert_eq!(again, b.1, "sent again unchanged");
     h.done(b2, Ok(txn_ok(31)));
     assert_eq!(h.m.status().last_applied_revision, 102);
     assert_eq!(h.m.status().chain_breaks, 0);
+}
+
+/// Replies come back in any order too: a Txn whose early reply came first is not sent
+/// again ahead of its predecessor's re-send, which would only make it fail once more.
+#[test]
+fn txns_that_arrived_early_are_sent_again_in_chain_order() {
+    let (mut h, w) = tailing(4, 35);
+    // Grow the depth to three: each applied Txn adds one.
+    for rev in 101..103 {
+        let (id, _) = one(revision(&mut h, w, rev, format!("/app/g{rev}").as_bytes()));
+        h.advance(Duration::from_millis(20));
+        h.done(id, Ok(txn_ok(20)));
+    }
+    let base = h.applied_fence.clone();
+    let a = one(revision(&mut h, w, 103, b"/app/a"));
+    h.advance(Duration::from_millis(20));
+    let b = one(revision(&mut h, w, 104, b"/app/b"));
+    h.advance(Duration::from_millis(20));
+    let c = one(revision(&mut h, w, 105, b"/app/c"));
+    assert_eq!(
+        compare_bytes(&c.1),
+        fence_of(&b.1).encode(),
+        "c builds on b"
+    );
+    // c's early reply comes first, then b's; both saw the durable record.
+    h.done(c.0, Ok(compare_failed(&base, 29)));
+    h.done(b.0, Ok(compare_failed(&base, 29)));
+    assert!(h.drain().is_empty(), "sent again before a replied");
+    h.done(a.0, Ok(txn_ok(30)));
+    h.advance(Duration::from_millis(20));
+    let (b2, again_b) = one(h.drain());
+    assert_eq!(again_b, b.1, "b goes first");
+    // c goes once b was sent again and the gap has passed, not with it.
+    h.advance(Duration::from_millis(20));
+    let (c2, again_c) = one(h.drain());
+    assert_eq!(again_c, c.1, "then c");
+    h.done(b2, Ok(txn_ok(31)));
+    h.done(c2, Ok(txn_ok(32)));
+    assert_eq!(h.m.status().last_applied_revision, 105);
+    assert_eq!(h.m.status().chain_breaks, 0);
+    assert_eq!(h.m.status().chain_reorders, 2);
 }
 
 #[test]
@@ -272,7 +317,7 @@ fn fill(h: &mut Harness, w: u64, rev: &mut i64) -> Vec<(CommandId, Command)> {
 }
 
 #[test]
-fn a_reorder_halves_the_depth_and_it_then_grows_by_one_per_round() {
+fn a_reorder_spaces_the_sends_and_keeps_the_depth() {
     let (mut h, w) = tailing(16, 38);
     let mut rev = 100;
     // Grow the depth one applied Txn at a time, over a 20 ms round trip (room for 12).
@@ -292,27 +337,33 @@ fn a_reorder_halves_the_depth_and_it_then_grows_by_one_per_round() {
     // The second Txn reached etcd first: its compare saw the record before its predecessor's.
     let durable = h.applied_fence.clone();
     h.done(sent[1].0, Ok(compare_failed(&durable, 40)));
-    let (again, _) = one(h.drain());
     h.advance(Duration::from_millis(20));
     h.done(sent[0].0, Ok(txn_ok(41)));
+    let (again, _) = one(h.drain());
     h.done(again, Ok(txn_ok(42)));
     for (id, _) in &sent[2..] {
         h.done(*id, Ok(txn_ok(43)));
     }
     assert_eq!(h.m.status().chain_reorders, 1);
     assert_eq!(h.m.status().chain_breaks, 0);
-    // Half the depth, plus one per round of Txns applied since (11 Txns: two rounds).
-    let mut after = h.drain();
-    after.extend(fill(&mut h, w, &mut rev));
-    let after = after.len();
-    assert!(
-        after <= before / 2 + 2,
-        "{after} in flight after a reorder at {before}"
-    );
-    assert!(
-        after >= before / 2,
-        "{after} in flight after a reorder at {before}"
-    );
+    // No longer back to back: with one Txn in flight, the next waits for the gap.
+    let mut now_sent = h.drain();
+    now_sent.extend(fill(&mut h, w, &mut rev));
+    assert_eq!(now_sent.len(), 1, "one Txn goes at once, the rest wait");
+    assert_eq!(h.m.status().txns_in_flight, 1);
+    // One joins per millisecond, and the depth is kept: as many as before fit.
+    for step in 2..=before {
+        h.advance(Duration::from_micros(500));
+        assert!(
+            fill(&mut h, w, &mut rev).is_empty(),
+            "step {step}: sent before the gap was over"
+        );
+        h.advance(Duration::from_micros(500));
+        let mut cmds = h.drain();
+        cmds.extend(fill(&mut h, w, &mut rev));
+        assert_eq!(cmds.len(), 1, "step {step}: one Txn per gap");
+        assert_eq!(h.m.status().txns_in_flight as usize, step);
+    }
 }
 
 /// A target that keeps failing makes the agent stop reading the source (the client's

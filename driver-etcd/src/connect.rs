@@ -3,6 +3,13 @@
 //! The mirror talks to one endpoint of a cluster at a time. A transient failure drops the
 //! connection and moves to the next endpoint in the list, so the core's backoff governs how
 //! fast the endpoints are retried and a dead member is skipped on the next attempt.
+//!
+//! The target side may also keep *lanes*: further connections to the same endpoint, which
+//! the Txns take turns on. HTTP/2 flow control holds a connection's later requests behind
+//! its window, and releases them together once the peer's window update arrives; etcd then
+//! runs requests that arrive together in no useful order. Across a long round trip one
+//! connection therefore turns a paced chain of Txns into bursts that etcd reorders, and one
+//! connection per Txn in flight keeps them apart (docs/design.md, "Pipelined commits").
 
 use crate::error::{deadline_failure, failure_from, DriverError};
 use crate::probe;
@@ -249,8 +256,29 @@ fn load_auth(side: &str, a: &AuthSpec) -> Result<Option<(String, String)>, Drive
     }
 }
 
+/// One extra connection of a [`ClusterConn`].
+#[derive(Clone)]
+enum Lane {
+    /// Not connected yet in this generation.
+    Idle,
+    Up(Box<Client>),
+    /// Could not connect at this time: until LANE_RETRY later its turns go to the main
+    /// connection, so an unreachable lane costs one connect timeout, not one per Txn.
+    Failed(std::time::Instant),
+}
+
+/// How long a lane that could not connect leaves its turns to the main connection.
+const LANE_RETRY: Duration = Duration::from_secs(30);
+
 struct ConnState {
     client: Option<Client>,
+    /// The endpoint `client` is connected to.
+    endpoint: String,
+    /// The lanes besides `client`, connected on first use to `endpoint`, and dropped with
+    /// `client` (they share its generation).
+    lanes: Vec<Lane>,
+    /// The lane the next [`ClusterConn::lane`] call takes (0 is `client` itself).
+    next_lane: usize,
     /// Bumped on every (re)connect so a stale failure report cannot rotate twice.
     generation: u64,
     /// Index of the endpoint the next connect uses.
@@ -287,6 +315,24 @@ pub struct Conn {
     pub generation: u64,
 }
 
+/// A client for `endpoint` with `settings` (credentials, TLS, keepalive), not yet probed.
+async fn open(settings: &ConnSettings, endpoint: &str) -> Result<Client, Failure> {
+    match &settings.tls {
+        Some(Tls::Unverified(insecure)) => {
+            let channel = insecure
+                .channel(endpoint, settings.connect_timeout)
+                .map_err(|m| classify(Code::InvalidArgument, &m))?;
+            Client::from_channel(
+                etcd_client::Channel::Tonic(channel),
+                Some(settings.options()),
+            )
+            .await
+        }
+        _ => Client::connect([endpoint], Some(settings.options())).await,
+    }
+    .map_err(|e| failure_from(&e))
+}
+
 impl ClusterConn {
     /// Nothing connects until the first command needs it.
     pub fn new(side: Cluster, settings: ConnSettings) -> Self {
@@ -294,6 +340,9 @@ impl ClusterConn {
             side,
             state: Mutex::new(ConnState {
                 client: None,
+                endpoint: String::new(),
+                lanes: Vec::new(),
+                next_lane: 0,
                 generation: 0,
                 next: 0,
                 last_probe: None,
@@ -301,6 +350,85 @@ impl ClusterConn {
             }),
             settings,
             reloads: Default::default(),
+        }
+    }
+
+    /// Keeps `n` connections for [`ClusterConn::lane`] (1: every command shares one).
+    pub fn with_lanes(self, n: usize) -> Self {
+        let mut st = self.state.into_inner();
+        st.lanes = vec![Lane::Idle; n.saturating_sub(1)];
+        ClusterConn {
+            state: Mutex::new(st),
+            ..self
+        }
+    }
+
+    /// The connection for one Txn: the lanes in turn, so that Txns sent one after another
+    /// travel on different connections. A lane that cannot connect falls back to the main
+    /// connection (logged): an extra connection is an optimisation, never a new failure.
+    pub async fn lane(&self) -> Result<Conn, Failure> {
+        let main = self.get().await?;
+        let (i, endpoint, settings) = {
+            let mut st = self.state.lock().await;
+            let n = st.lanes.len() + 1;
+            let i = st.next_lane % n;
+            st.next_lane = st.next_lane.wrapping_add(1);
+            if i == 0 || st.generation != main.generation || st.client.is_none() {
+                return Ok(main);
+            }
+            match st.lanes.get(i - 1) {
+                Some(Lane::Up(c)) => {
+                    return Ok(Conn {
+                        client: (**c).clone(),
+                        generation: main.generation,
+                    })
+                }
+                Some(Lane::Failed(at)) if at.elapsed() < LANE_RETRY => return Ok(main),
+                Some(_) => {}
+                None => return Ok(main),
+            }
+            (i, st.endpoint.clone(), st.settings.clone())
+        };
+        // Connected (and probed, so that a dead lane shows now and not in the Txn)
+        // outside the lock, so other commands are not held up meanwhile.
+        let t = settings.connect_timeout;
+        let opened = tokio::time::timeout(t, async {
+            let mut client = open(&settings, &endpoint).await?;
+            probe::status(&mut client).await?;
+            Ok::<_, Failure>(client)
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Failure::Transient {
+                message: format!("connect to {endpoint} timed out after {t:?}"),
+            })
+        });
+        let mut st = self.state.lock().await;
+        if st.generation != main.generation || st.client.is_none() {
+            return Ok(main);
+        }
+        let Some(slot) = st.lanes.get_mut(i - 1) else {
+            return Ok(main);
+        };
+        match (opened, &*slot) {
+            // Another Txn connected this lane meanwhile: use its client.
+            (_, Lane::Up(c)) => Ok(Conn {
+                client: (**c).clone(),
+                generation: main.generation,
+            }),
+            (Ok(client), _) => {
+                tracing::debug!(cluster = ?self.side, endpoint = %endpoint, lane = i, "lane connected");
+                *slot = Lane::Up(Box::new(client.clone()));
+                Ok(Conn {
+                    client,
+                    generation: main.generation,
+                })
+            }
+            (Err(f), _) => {
+                tracing::warn!(cluster = ?self.side, endpoint = %endpoint, lane = i, error = %f, "lane connect failed; its Txns use the main connection until the next reconnect");
+                *slot = Lane::Failed(std::time::Instant::now());
+                Ok(main)
+            }
         }
     }
 
@@ -338,20 +466,7 @@ impl ClusterConn {
             .unwrap_or_default();
         let t = settings.connect_timeout;
         let attempt = async {
-            let mut client = match &settings.tls {
-                Some(Tls::Unverified(insecure)) => {
-                    let channel = insecure
-                        .channel(&endpoint, settings.connect_timeout)
-                        .map_err(|m| classify(Code::InvalidArgument, &m))?;
-                    Client::from_channel(
-                        etcd_client::Channel::Tonic(channel),
-                        Some(settings.options()),
-                    )
-                    .await
-                }
-                _ => Client::connect([endpoint.as_str()], Some(settings.options())).await,
-            }
-            .map_err(|e| failure_from(&e))?;
+            let mut client = open(&settings, &endpoint).await?;
             let probe = probe::status(&mut client).await?;
             Ok::<_, Failure>((client, probe))
         };
@@ -367,6 +482,7 @@ impl ClusterConn {
                 );
                 st.generation += 1;
                 st.client = Some(client.clone());
+                st.endpoint = endpoint.clone();
                 st.last_probe = Some(probe);
                 Ok(Conn {
                     client,
@@ -400,6 +516,7 @@ impl ClusterConn {
         if st.generation == generation && st.client.is_some() {
             tracing::debug!(cluster = ?self.side, error = %f, "dropping connection, rotating endpoint");
             st.client = None;
+            st.lanes.iter_mut().for_each(|l| *l = Lane::Idle);
             st.next += 1;
         }
     }

@@ -23,6 +23,9 @@ use tidemark_core::etcd::{
 use tidemark_core::mirror::io::{CommandId, Input};
 use tokio::sync::mpsc;
 
+/// Most connections to the target. Past this many Txns in flight, Txns share them.
+pub const TARGET_LANES: usize = 16;
+
 /// Executes commands against the source and target clusters.
 #[derive(Debug, Clone)]
 pub struct Executor {
@@ -102,7 +105,7 @@ impl Executor {
                     .map(Reply::Range)
             }
             Command::Txn(req) => self
-                .unary(Cluster::Target, "txn", move |c| txn(c, req))
+                .unary_on(Cluster::Target, "txn", true, move |c| txn(c, req))
                 .await
                 .map(Reply::Txn),
             Command::Watch(_) => Err(Failure::Permanent {
@@ -127,8 +130,27 @@ impl Executor {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = Result<T, Failure>>,
     {
+        self.unary_on(cluster, what, false, f).await
+    }
+
+    /// [`Executor::unary`], on the next lane of the cluster's connections when `lane`.
+    async fn unary_on<T, F, Fut>(
+        &self,
+        cluster: Cluster,
+        what: &str,
+        lane: bool,
+        f: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
         let conn = self.conn(cluster);
-        let c = conn.get().await?;
+        let c = if lane {
+            conn.lane().await?
+        } else {
+            conn.get().await?
+        };
         let generation = c.generation;
         let result = match tokio::time::timeout(self.request_timeout, f(c)).await {
             Ok(r) => r,
@@ -252,9 +274,11 @@ impl Executor {
         let connect_timeout = t.clamp(Duration::from_secs(1), Duration::from_secs(10));
         let source = ConnSettings::from_spec("source", &c.source, connect_timeout)?;
         let target = ConnSettings::from_spec("target", &c.target, connect_timeout)?;
+        // One connection per Txn in flight, up to TARGET_LANES (see `connect.rs`).
+        let lanes = (c.sync.max_txns_in_flight as usize).clamp(1, TARGET_LANES);
         Ok(Executor::new(
             Arc::new(ClusterConn::new(Cluster::Source, source)),
-            Arc::new(ClusterConn::new(Cluster::Target, target)),
+            Arc::new(ClusterConn::new(Cluster::Target, target).with_lanes(lanes)),
             t,
         ))
     }

@@ -193,10 +193,11 @@ pub struct SyncSpec {
     #[cfg_attr(feature = "schema", schemars(range(min = 1024, max = 100_663_296)))]
     #[serde(default = "default_txn_flush_bytes")]
     pub txn_flush_bytes: u64,
-    /// Most fenced Txns in flight at once (genesis pages and tail writes). 1 sends one Txn
-    /// per round trip. Genesis pages commute and use the depth fully; tail writes chain, and
-    /// since etcd runs concurrent requests in no useful order, the tail halves its depth
-    /// whenever a Txn arrives before its predecessor. Measured in README "Benchmarks".
+    /// Most fenced Txns in flight at once (genesis pages and tail writes), and the target
+    /// connections they take turns on (at most 16). 1 sends one Txn per round trip.
+    /// Genesis pages commute; tail writes chain, and since etcd runs requests that arrive
+    /// together in no useful order, chained sends are spaced apart once a Txn arrives before
+    /// its predecessor (docs/design.md, "Pipelined commits").
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 64)))]
     #[serde(default = "default_max_txns_in_flight")]
     pub max_txns_in_flight: u32,

@@ -226,6 +226,9 @@ pub struct Status {
     /// round trip.
     pub txns_in_flight: u64,
     pub commit_rtt_seconds: f64,
+    /// The least time between two chained sends now (zero until etcd reorders the chain;
+    /// docs/design.md, "Pipelined commits").
+    pub chain_send_gap_seconds: f64,
     pub last_error: Option<String>,
     /// What the last source-history proof found that the `SourceHistoryMismatch`
     /// condition reports, as data (`None` once a proof passes).

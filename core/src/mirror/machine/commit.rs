@@ -6,6 +6,7 @@ use super::*;
 impl Mirror {
     /// Sends target work while the chain has room.
     pub(super) fn pump(&mut self, now: Instant) {
+        self.send_resends(now);
         while self.pump_one(now) {}
     }
 
@@ -158,8 +159,11 @@ impl Mirror {
             wire: work.ops().iter().map(TxnOp::wire_size).sum(),
             chained: self.chainable(&work),
             reply: None,
+            queued: None,
+            resent: false,
         });
         self.pipeline.chain_tip = Some((record.clone(), bytes.clone()));
+        self.pipeline.last_send = Some(now);
         let prev = match &txn.compares[0] {
             c if c.target == CompareTarget::Value => c.bytes.clone(),
             _ => Vec::new(),

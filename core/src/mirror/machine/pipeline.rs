@@ -41,14 +41,15 @@ pub(super) struct Pipeline {
     /// How many Txns may be in flight now (grows by one per applied Txn up to the limit
     /// derived from the commit round trip; back to one after a break).
     pub(super) depth: usize,
-    /// Set once etcd reordered the chain: the depth then grows by one per `depth` applied
-    /// Txns, not per Txn, and each reorder halves it (see [`Pipeline::on_reorder`]).
-    pub(super) additive: bool,
-    /// Applied Txns since the depth last grew, in additive growth.
-    pub(super) credit: usize,
-    /// The first sequence number sent after the last halving: a reorder of an earlier
-    /// Txn is the same congestion, and does not halve the depth again.
-    pub(super) halved_before: u64,
+    /// The least time between two chained sends while one is in flight: zero until etcd
+    /// reorders the chain, then doubled at each reorder and worn down as Txns apply (see
+    /// [`Pipeline::on_reorder`]).
+    pub(super) gap: Duration,
+    /// When the newest chained Txn was sent.
+    pub(super) last_send: Option<Instant>,
+    /// The first sequence number sent after the gap last grew: a reorder of an earlier Txn
+    /// is the same burst, and does not grow it again.
+    pub(super) widened_before: u64,
     /// Smoothed commit round trip.
     pub(super) commit_rtt: Option<Duration>,
 }
@@ -64,40 +65,49 @@ impl Pipeline {
             resolving: false,
             broken: None,
             depth: 1,
-            additive: false,
-            credit: 0,
-            halved_before: 0,
+            gap: Duration::ZERO,
+            last_send: None,
+            widened_before: 0,
             commit_rtt: None,
             copy_seq: 0,
         }
     }
 
-    /// A chained Txn applied: the depth grows, by one per Txn until etcd first reordered
-    /// the chain, then by one per `depth` Txns.
-    /// Never past `cap`, what the configuration and the round trip allow: a depth that was
-    /// never used says nothing, and would take that much longer to halve.
+    /// A chained Txn applied: the depth grows by one, never past `cap`, what the
+    /// configuration and the round trip allow (a depth that was never used says nothing).
+    /// The gap wears down by 1/GAP_DECAY, so that it is probed again now and then.
     pub(super) fn grow(&mut self, cap: usize) {
-        if self.additive {
-            self.credit += 1;
-            if self.credit < self.depth {
-                return;
-            }
-            self.credit = 0;
-        }
         self.depth = (self.depth + 1).min(cap);
+        self.gap -= self.gap / GAP_DECAY;
+        if self.gap < GAP_FLOOR {
+            self.gap = Duration::ZERO;
+        }
     }
 
-    /// Txn `seq` reached etcd before its predecessor. Concurrency beyond what etcd keeps in
-    /// order buys nothing but re-sends (measured next to a target, README "Benchmarks"), so
-    /// the depth halves, once per burst: Txns sent before the last halving do not count.
-    pub(super) fn on_reorder(&mut self, seq: u64) {
-        self.additive = true;
-        if seq < self.halved_before {
+    /// Txn `seq` reached etcd before its predecessor. etcd runs requests that arrive
+    /// together in no useful order, but keeps the order of requests that arrive apart
+    /// (README "Benchmarks", `tidemark-bench chain`): so the gap between sends doubles,
+    /// once per burst (Txns sent before it last grew do not count), up to `cap`. The depth
+    /// stays: across a long round trip it is what carries the rate.
+    pub(super) fn on_reorder(&mut self, seq: u64, cap: Duration) {
+        if seq < self.widened_before {
             return;
         }
-        self.depth = (self.depth / 2).max(1);
-        self.credit = 0;
-        self.halved_before = self.next_seq;
+        self.gap = (self.gap * 2).max(GAP_START).min(cap.max(GAP_START));
+        self.widened_before = self.next_seq;
+    }
+
+    /// Whether a chained Txn may join those in flight at `now`, as far as the gap goes.
+    pub(super) fn gap_allows(&self, now: Instant) -> bool {
+        self.send_due().is_none_or(|t| t <= now)
+    }
+
+    /// When the gap lets the next chained Txn join those in flight.
+    pub(super) fn send_due(&self) -> Option<Instant> {
+        if self.chain.is_empty() || self.gap.is_zero() {
+            return None;
+        }
+        self.last_send.map(|t| t + self.gap)
     }
 }
 
@@ -110,6 +120,11 @@ pub(super) struct Link {
     /// A scan or tail write (others run alone).
     pub(super) chained: bool,
     pub(super) reply: Option<(Commit, Result<TxnReply, Failure>)>,
+    /// It arrived before its predecessor, and waits to be sent again (with the reply that
+    /// said so, which stands as its outcome if the chain breaks first).
+    pub(super) queued: Option<(Box<Commit>, TxnReply)>,
+    /// Its newest send is a re-send.
+    pub(super) resent: bool,
 }
 
 /// Why the chain broke, acted on once every Txn in flight has resolved.
@@ -131,6 +146,16 @@ pub(super) struct Break {
 const MAX_RESENDS: u32 = 64;
 /// The largest chain, whatever the round trip.
 pub(super) const MAX_DEPTH: usize = 64;
+/// The gap after the first reorder.
+const GAP_START: Duration = Duration::from_millis(1);
+/// The most the gap grows to, whatever the round trip (past the round trip itself it buys
+/// nothing: one Txn in flight at a time is the same).
+const MAX_GAP: Duration = Duration::from_millis(16);
+/// A gap this small is dropped.
+const GAP_FLOOR: Duration = Duration::from_micros(50);
+/// Each applied Txn takes this fraction off the gap: about 180 Txns halve it, so a reorder
+/// (which costs the Txns behind it in flight a re-send) is risked about that often.
+const GAP_DECAY: u32 = 256;
 /// What one Txn is assumed to cost the target: the depth that keeps a target busy across
 /// a round trip is the round trip over this.
 const TARGET_TXN_COST: Duration = Duration::from_millis(2);
@@ -185,9 +210,20 @@ impl Mirror {
             .saturating_mul(READ_AHEAD_PAGES);
         self.pipeline.broken.is_none()
             && !self.pipeline.resolving
-            && self.pipeline.chain.iter().all(|l| l.chained)
+            && self
+                .pipeline
+                .chain
+                .iter()
+                .all(|l| l.chained && l.queued.is_none())
             && self.pipeline.chain.len() < self.depth_limit()
             && (wire as u64) < budget
+            && self.pipeline.gap_allows(self.cmds.now)
+    }
+
+    /// The gap's upper bound: the round trip (past it, one Txn at a time is the same), at
+    /// most MAX_GAP.
+    fn gap_cap(&self) -> Duration {
+        self.pipeline.commit_rtt.unwrap_or(MAX_GAP).min(MAX_GAP)
     }
 
     /// The record the next Txn builds on: the newest in flight, or the durable one.
@@ -229,13 +265,16 @@ impl Mirror {
             {
                 // etcd ran it before its predecessor (concurrent requests are not ordered):
                 // it did not apply, and it is sent again as it was, so the Txns after it,
-                // built on its record, stay valid.
+                // built on its record, stay valid. Re-sends go in chain order, paced like
+                // first sends (see `send_resends`).
                 self.status.chain_reorders += 1;
-                self.pipeline.on_reorder(seq);
-                let txn = self.fenced_txn(&c);
-                let mut c = c;
-                c.resends += 1;
-                self.issue(Job::Commit(Box::new(c)), Command::Txn(txn));
+                let cap = self.gap_cap();
+                self.pipeline.on_reorder(seq, cap);
+                let t = t.clone();
+                if let Some(link) = self.pipeline.chain.iter_mut().find(|l| l.seq == seq) {
+                    link.queued = Some((Box::new(c), t));
+                }
+                self.send_resends(now);
                 return;
             }
         }
@@ -250,12 +289,19 @@ impl Mirror {
             });
         }
         link.reply = Some((c, reply));
-        while self
-            .pipeline
-            .chain
-            .front()
-            .is_some_and(|l| l.reply.is_some())
-        {
+        loop {
+            if self.pipeline.broken.is_some() {
+                // Nothing is sent again after a break: what waited did not apply.
+                self.settle_queued();
+            }
+            if self
+                .pipeline
+                .chain
+                .front()
+                .is_none_or(|l| l.reply.is_none())
+            {
+                break;
+            }
             let Some(Link {
                 reply: Some((c, reply)),
                 ..
@@ -358,6 +404,49 @@ impl Mirror {
         if self.pipeline.chain.is_empty() {
             if let Some(b) = self.pipeline.broken.take() {
                 self.after_break(now, b);
+            }
+        }
+    }
+
+    /// Sends the Txns that arrived before their predecessor again, in chain order: one
+    /// goes once every Txn before it has replied or was itself sent again (a re-send ahead
+    /// of its predecessor's would only fail again), and the gap has passed since the last
+    /// send.
+    pub(super) fn send_resends(&mut self, now: Instant) {
+        if self.life.stage == Stage::Stopped {
+            return;
+        }
+        loop {
+            let Some(i) = self.pipeline.chain.iter().position(|l| l.queued.is_some()) else {
+                return;
+            };
+            let ready = self
+                .pipeline
+                .chain
+                .iter()
+                .take(i)
+                .all(|l| l.reply.is_some() || l.resent);
+            if !ready || !self.pipeline.gap_allows(now) {
+                return;
+            }
+            let Some((mut c, _)) = self.pipeline.chain[i].queued.take() else {
+                return;
+            };
+            self.pipeline.chain[i].resent = true;
+            c.resends += 1;
+            c.sent = now;
+            self.pipeline.last_send = Some(now);
+            let txn = self.fenced_txn(&c);
+            self.issue(Job::Commit(c), Command::Txn(txn));
+        }
+    }
+
+    /// The chain broke: the Txns waiting to be sent again did not apply, and their early
+    /// replies stand as their outcomes.
+    fn settle_queued(&mut self) {
+        for l in self.pipeline.chain.iter_mut() {
+            if let Some((c, t)) = l.queued.take() {
+                l.reply = Some((*c, Ok(t)));
             }
         }
     }
@@ -526,4 +615,40 @@ impl Mirror {
 /// The Txn may have applied: only the fence can tell.
 fn unknown_outcome(f: &Failure) -> bool {
     matches!(f, Failure::Unknown { .. } | Failure::Transient { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gap_grows_once_per_burst_and_wears_down() {
+        let mut p = Pipeline::new();
+        let cap = Duration::from_millis(50);
+        p.next_seq = 10;
+        p.on_reorder(5, cap);
+        assert_eq!(p.gap, GAP_START);
+        // Txns sent before the gap grew are the same burst.
+        p.on_reorder(7, cap);
+        assert_eq!(p.gap, GAP_START);
+        p.next_seq = 20;
+        p.on_reorder(12, cap);
+        assert_eq!(p.gap, GAP_START * 2);
+        // Never past the cap (the round trip, or MAX_GAP).
+        for seq in 30..40 {
+            p.next_seq = seq + 1;
+            p.on_reorder(seq, Duration::from_millis(3));
+        }
+        assert_eq!(p.gap, Duration::from_millis(3));
+        // About 180 applied Txns halve it; it ends at zero.
+        for _ in 0..177 {
+            p.grow(16);
+        }
+        assert!(p.gap <= Duration::from_micros(1510) && p.gap >= Duration::from_micros(1490));
+        for _ in 0..2000 {
+            p.grow(16);
+        }
+        assert_eq!(p.gap, Duration::ZERO);
+        assert_eq!(p.depth, 16);
+    }
 }

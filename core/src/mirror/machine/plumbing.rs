@@ -258,6 +258,7 @@ impl Mirror {
             self.tail.watch.and(self.tail.next_progress_request),
             self.gen.as_ref().and_then(|g| g.probe_at),
             self.pacer_deadline(),
+            self.pipeline.send_due(),
             (!self.cmds.deferred.is_empty())
                 .then(|| self.pacing.share.wait_until(now))
                 .flatten(),

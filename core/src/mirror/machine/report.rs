@@ -19,6 +19,7 @@ impl Mirror {
         self.status.last_applied_revision = w;
         self.status.txns_in_flight = (self.pipeline.chain.len() + self.pages.in_flight()) as u64;
         self.status.commit_rtt_seconds = self.pipeline.commit_rtt.map_or(0.0, |d| d.as_secs_f64());
+        self.status.chain_send_gap_seconds = self.pipeline.gap.as_secs_f64();
         let lag = (self.status.source_revision - w).max(0);
         // Lag in revisions counts every revision of the source cluster, including other
         // prefixes; lag in time starts when the watch delivered something not yet applied.
