@@ -125,18 +125,18 @@ fn a_txn_that_arrived_before_its_predecessor_is_sent_again_as_it_was() {
 #[test]
 fn txns_that_arrived_early_are_sent_again_in_chain_order() {
     let (mut h, w) = tailing(4, 35);
-    // Grow the depth to three: each applied Txn adds one.
-    for rev in 101..103 {
+    // Grow the depth (each applied Txn adds one), and measure a 20 ms round trip.
+    for rev in 101..113 {
         let (id, _) = one(revision(&mut h, w, rev, format!("/app/g{rev}").as_bytes()));
         h.advance(Duration::from_millis(20));
         h.done(id, Ok(txn_ok(20)));
     }
     let base = h.applied_fence.clone();
-    let a = one(revision(&mut h, w, 103, b"/app/a"));
+    let a = one(revision(&mut h, w, 113, b"/app/a"));
     h.advance(Duration::from_millis(20));
-    let b = one(revision(&mut h, w, 104, b"/app/b"));
+    let b = one(revision(&mut h, w, 114, b"/app/b"));
     h.advance(Duration::from_millis(20));
-    let c = one(revision(&mut h, w, 105, b"/app/c"));
+    let c = one(revision(&mut h, w, 115, b"/app/c"));
     assert_eq!(
         compare_bytes(&c.1),
         fence_of(&b.1).encode(),
@@ -156,7 +156,7 @@ fn txns_that_arrived_early_are_sent_again_in_chain_order() {
     assert_eq!(again_c, c.1, "then c");
     h.done(b2, Ok(txn_ok(31)));
     h.done(c2, Ok(txn_ok(32)));
-    assert_eq!(h.m.status().last_applied_revision, 105);
+    assert_eq!(h.m.status().last_applied_revision, 115);
     assert_eq!(h.m.status().chain_breaks, 0);
     assert_eq!(h.m.status().chain_reorders, 2);
 }
@@ -351,14 +351,20 @@ fn a_reorder_spaces_the_sends_and_keeps_the_depth() {
     now_sent.extend(fill(&mut h, w, &mut rev));
     assert_eq!(now_sent.len(), 1, "one Txn goes at once, the rest wait");
     assert_eq!(h.m.status().txns_in_flight, 1);
-    // One joins per millisecond, and the depth is kept: as many as before fit.
+    // One joins per gap (a fraction of the round trip), and the depth is kept: as many as
+    // before fit.
+    let gap = Duration::from_secs_f64(h.m.status().chain_send_gap_seconds);
+    assert!(
+        gap > Duration::from_micros(100) && gap < Duration::from_millis(20),
+        "{gap:?}"
+    );
     for step in 2..=before {
-        h.advance(Duration::from_micros(500));
+        h.advance(gap / 2);
         assert!(
             fill(&mut h, w, &mut rev).is_empty(),
             "step {step}: sent before the gap was over"
         );
-        h.advance(Duration::from_micros(500));
+        h.advance(gap - gap / 2 + Duration::from_micros(1));
         let mut cmds = h.drain();
         cmds.extend(fill(&mut h, w, &mut rev));
         assert_eq!(cmds.len(), 1, "step {step}: one Txn per gap");

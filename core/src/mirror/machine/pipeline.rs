@@ -42,14 +42,11 @@ pub(super) struct Pipeline {
     /// derived from the commit round trip; back to one after a break).
     pub(super) depth: usize,
     /// The least time between two chained sends while one is in flight: zero until etcd
-    /// reorders the chain, then doubled at each reorder and worn down as Txns apply (see
+    /// reorders the chain, then grown at each reorder and worn down as Txns apply (see
     /// [`Pipeline::on_reorder`]).
     pub(super) gap: Duration,
     /// When the newest chained Txn was sent.
     pub(super) last_send: Option<Instant>,
-    /// The first sequence number sent after the gap last grew: a reorder of an earlier Txn
-    /// is the same burst, and does not grow it again.
-    pub(super) widened_before: u64,
     /// Smoothed commit round trip.
     pub(super) commit_rtt: Option<Duration>,
 }
@@ -67,7 +64,6 @@ impl Pipeline {
             depth: 1,
             gap: Duration::ZERO,
             last_send: None,
-            widened_before: 0,
             commit_rtt: None,
             copy_seq: 0,
         }
@@ -75,26 +71,29 @@ impl Pipeline {
 
     /// A chained Txn applied: the depth grows by one, never past `cap`, what the
     /// configuration and the round trip allow (a depth that was never used says nothing).
-    /// The gap wears down by 1/GAP_DECAY, so that it is probed again now and then.
+    /// The gap wears down by 1/GAP_BALANCE of itself (see [`Pipeline::on_reorder`]).
     pub(super) fn grow(&mut self, cap: usize) {
         self.depth = (self.depth + 1).min(cap);
-        self.gap -= self.gap / GAP_DECAY;
+        self.gap -= self.gap / GAP_BALANCE;
         if self.gap < GAP_FLOOR {
             self.gap = Duration::ZERO;
         }
     }
 
-    /// Txn `seq` reached etcd before its predecessor. etcd runs requests that arrive
-    /// together in no useful order, but keeps the order of requests that arrive apart
-    /// (README "Benchmarks", `tidemark-bench chain`): so the gap between sends doubles,
-    /// once per burst (Txns sent before it last grew do not count), up to `cap`. The depth
-    /// stays: across a long round trip it is what carries the rate.
-    pub(super) fn on_reorder(&mut self, seq: u64, cap: Duration) {
-        if seq < self.widened_before {
-            return;
-        }
-        self.gap = (self.gap * 2).max(GAP_START).min(cap.max(GAP_START));
-        self.widened_before = self.next_seq;
+    /// A Txn reached etcd before its predecessor. etcd runs requests that arrive together
+    /// in no useful order, but keeps the order of requests that arrive apart (README
+    /// "Benchmarks", `tidemark-bench chain`), so the sends are spaced. Both costs are
+    /// time: the first early Txn of a burst loses about one round trip `rtt` (the Txns
+    /// behind it in flight were doomed with it, and go again in its shadow), while the gap
+    /// is paid on every send. So each burst (the caller counts an early Txn whose
+    /// predecessor was not early) adds `rtt / GAP_BALANCE`, and each applied Txn takes
+    /// `gap / GAP_BALANCE` off: the gap settles where `p * rtt = gap`, for `p` bursts per
+    /// applied Txn: a cost within twice the best spacing's, for any `p` that falls as the gap grows.
+    /// The gap never exceeds the round trip (past it, one Txn at a time is the same) or
+    /// MAX_GAP. The depth stays: across a long round trip it is what carries the rate.
+    pub(super) fn on_reorder(&mut self, rtt: Duration) {
+        let cap = rtt.min(MAX_GAP);
+        self.gap = (self.gap + rtt / GAP_BALANCE).min(cap);
     }
 
     /// Whether a chained Txn may join those in flight at `now`, as far as the gap goes.
@@ -146,16 +145,16 @@ pub(super) struct Break {
 const MAX_RESENDS: u32 = 64;
 /// The largest chain, whatever the round trip.
 pub(super) const MAX_DEPTH: usize = 64;
-/// The gap after the first reorder.
-const GAP_START: Duration = Duration::from_millis(1);
-/// The most the gap grows to, whatever the round trip (past the round trip itself it buys
-/// nothing: one Txn in flight at a time is the same).
+/// The most the gap grows to, whatever the round trip.
 const MAX_GAP: Duration = Duration::from_millis(16);
 /// A gap this small is dropped.
 const GAP_FLOOR: Duration = Duration::from_micros(50);
-/// Each applied Txn takes this fraction off the gap: about 180 Txns halve it, so a reorder
-/// (which costs the Txns behind it in flight a re-send) is risked about that often.
-const GAP_DECAY: u32 = 256;
+/// How fast the gap moves (see [`Pipeline::on_reorder`]): a burst of reorders adds the
+/// round trip over this, and each applied Txn takes the gap over this off (about 90 applied
+/// Txns halve it).
+const GAP_BALANCE: u32 = 128;
+/// The round trip assumed before one was measured.
+const DEFAULT_RTT: Duration = Duration::from_millis(16);
 /// What one Txn is assumed to cost the target: the depth that keeps a target busy across
 /// a round trip is the round trip over this.
 const TARGET_TXN_COST: Duration = Duration::from_millis(2);
@@ -220,12 +219,6 @@ impl Mirror {
             && self.pipeline.gap_allows(self.cmds.now)
     }
 
-    /// The gap's upper bound: the round trip (past it, one Txn at a time is the same), at
-    /// most MAX_GAP.
-    fn gap_cap(&self) -> Duration {
-        self.pipeline.commit_rtt.unwrap_or(MAX_GAP).min(MAX_GAP)
-    }
-
     /// The record the next Txn builds on: the newest in flight, or the durable one.
     pub(super) fn tip(&self) -> Option<&Checkpoint> {
         self.pipeline
@@ -258,26 +251,32 @@ impl Mirror {
             // A Txn of a chain given up (a takeover, a park): its outcome is the fence's.
             return;
         }
-        if let Ok(t) = &reply {
-            if self.pipeline.broken.is_none()
-                && c.resends < MAX_RESENDS
-                && self.arrived_early(&c, t)
-            {
+        let early = matches!(&reply, Ok(t) if self.pipeline.broken.is_none()
+            && c.resends < MAX_RESENDS
+            && self.arrived_early(&c, t));
+        let reply = match reply {
+            Ok(t) if early => {
                 // etcd ran it before its predecessor (concurrent requests are not ordered):
                 // it did not apply, and it is sent again as it was, so the Txns after it,
                 // built on its record, stay valid. Re-sends go in chain order, paced like
                 // first sends (see `send_resends`).
                 self.status.chain_reorders += 1;
-                let cap = self.gap_cap();
-                self.pipeline.on_reorder(seq, cap);
-                let t = t.clone();
-                if let Some(link) = self.pipeline.chain.iter_mut().find(|l| l.seq == seq) {
-                    link.queued = Some((Box::new(c), t));
+                let Some(i) = self.pipeline.chain.iter().position(|l| l.seq == seq) else {
+                    return;
+                };
+                // Only the first of a burst costs a round trip: the Txns behind it were
+                // doomed with it, and go again in its shadow.
+                let first = i == 0 || self.pipeline.chain[i - 1].queued.is_none();
+                if first {
+                    let rtt = self.pipeline.commit_rtt.unwrap_or(DEFAULT_RTT);
+                    self.pipeline.on_reorder(rtt);
                 }
+                self.pipeline.chain[i].queued = Some((Box::new(c), t));
                 self.send_resends(now);
                 return;
             }
-        }
+            other => other,
+        };
         let Some(link) = self.pipeline.chain.iter_mut().find(|l| l.seq == seq) else {
             return;
         };
@@ -622,33 +621,68 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_gap_grows_once_per_burst_and_wears_down() {
+    fn the_gap_grows_per_burst_and_wears_down() {
         let mut p = Pipeline::new();
-        let cap = Duration::from_millis(50);
-        p.next_seq = 10;
-        p.on_reorder(5, cap);
-        assert_eq!(p.gap, GAP_START);
-        // Txns sent before the gap grew are the same burst.
-        p.on_reorder(7, cap);
-        assert_eq!(p.gap, GAP_START);
-        p.next_seq = 20;
-        p.on_reorder(12, cap);
-        assert_eq!(p.gap, GAP_START * 2);
-        // Never past the cap (the round trip, or MAX_GAP).
-        for seq in 30..40 {
-            p.next_seq = seq + 1;
-            p.on_reorder(seq, Duration::from_millis(3));
+        let rtt = Duration::from_millis(64);
+        let step = Duration::from_micros(500);
+        p.on_reorder(rtt);
+        assert_eq!(p.gap, step);
+        p.on_reorder(rtt);
+        assert_eq!(p.gap, step * 2);
+        // Never past the round trip, nor past MAX_GAP.
+        for _ in 0..400 {
+            p.on_reorder(Duration::from_millis(3));
         }
         assert_eq!(p.gap, Duration::from_millis(3));
-        // About 180 applied Txns halve it; it ends at zero.
-        for _ in 0..177 {
+        for _ in 0..10 {
+            p.on_reorder(Duration::from_secs(1));
+        }
+        assert_eq!(p.gap, MAX_GAP);
+        // About 90 applied Txns halve it; it ends at zero.
+        for _ in 0..88 {
             p.grow(16);
         }
-        assert!(p.gap <= Duration::from_micros(1510) && p.gap >= Duration::from_micros(1490));
+        let half = MAX_GAP / 2;
+        assert!(
+            p.gap.abs_diff(half) < Duration::from_micros(100),
+            "{:?}",
+            p.gap
+        );
         for _ in 0..2000 {
             p.grow(16);
         }
         assert_eq!(p.gap, Duration::ZERO);
         assert_eq!(p.depth, 16);
+    }
+
+    #[test]
+    fn the_gap_settles_where_reorders_cost_what_the_spacing_does() {
+        // A burst rate that falls steeply as the gap grows: `r(gap)` per applied Txn. The
+        // gap settles near the crossing of `r(gap) * rtt` and `gap`.
+        let rtt = Duration::from_millis(50);
+        let r_of = |gap: Duration| 2.0 * (-2.0 * gap.as_secs_f64() * 1e3).exp();
+        let mut p = Pipeline::new();
+        let mut debt = 0.0;
+        let mut sum = Duration::ZERO;
+        for n in 0..20_000u64 {
+            debt += r_of(p.gap);
+            while debt >= 1.0 {
+                debt -= 1.0;
+                p.on_reorder(rtt);
+            }
+            p.grow(16);
+            if n >= 10_000 {
+                sum += p.gap;
+            }
+        }
+        let mean = sum / 10_000;
+        // Crossing: 2 * exp(-2g) * 50 = g (g in ms) is g ~ 1.85 ms.
+        let g = mean.as_secs_f64() * 1e3;
+        let lost = r_of(mean) * rtt.as_secs_f64() * 1e3;
+        assert!((1.5..2.2).contains(&g), "gap {g} ms");
+        assert!(
+            (lost / g - 1.0).abs() < 0.5,
+            "reorders cost {lost} ms, gap {g} ms"
+        );
     }
 }

@@ -258,7 +258,10 @@ impl Mirror {
             self.tail.watch.and(self.tail.next_progress_request),
             self.gen.as_ref().and_then(|g| g.probe_at),
             self.pacer_deadline(),
-            self.pipeline.send_due(),
+            // The gap only matters to work that waits for it: new work, or a re-send.
+            self.pipeline.send_due().filter(|_| {
+                !self.work.is_empty() || self.pipeline.chain.iter().any(|l| l.queued.is_some())
+            }),
             (!self.cmds.deferred.is_empty())
                 .then(|| self.pacing.share.wait_until(now))
                 .flatten(),
