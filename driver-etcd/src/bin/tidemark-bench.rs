@@ -13,17 +13,17 @@
 //!   often etcd runs a Txn before its predecessor (docs/design.md, "Pipelined commits").
 //! - `count`: keys under a prefix.
 
+#[path = "tidemark-bench/delay_line.rs"]
+mod delay_line;
+
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use etcd_client::{Client, EventType, GetOptions, Txn, TxnOp, WatchOptions};
 use std::collections::HashMap;
-use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Semaphore};
 
 #[derive(Debug, Parser)]
@@ -627,7 +627,7 @@ fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
 }
 
 /// Listens until SIGTERM or SIGINT. Each accepted connection gets its own upstream
-/// connection and one delay line per direction.
+/// connection and one delay line per direction (see `delay_line`).
 async fn delay_proxy(listen: &str, upstream: &str, one_way: Duration) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
@@ -644,11 +644,18 @@ async fn delay_proxy(listen: &str, upstream: &str, one_way: Duration) -> anyhow:
             accepted = listener.accept() => match accepted {
                 Ok((down, _)) => {
                     let upstream = upstream.to_string();
-                    tokio::spawn(async move {
-                        if let Err(e) = proxy_connection(down, &upstream, one_way).await {
-                            eprintln!("delay-proxy: {e:#}");
-                        }
+                    // Blocking from here on: the delay line runs on threads of its own.
+                    let down = down.into_std().and_then(|d| d.set_nonblocking(false).map(|()| d));
+                    let spawned = down.and_then(|down| {
+                        std::thread::Builder::new().name("delay-conn".into()).spawn(move || {
+                            if let Err(e) = delay_line::proxy_connection(down, &upstream, one_way) {
+                                eprintln!("delay-proxy: {e:#}");
+                            }
+                        })
                     });
+                    if let Err(e) = spawned {
+                        eprintln!("delay-proxy: accepted connection dropped: {e}");
+                    }
                 }
                 Err(e) => {
                     // E.g. out of descriptors: back off rather than spin.
@@ -658,112 +665,4 @@ async fn delay_proxy(listen: &str, upstream: &str, one_way: Duration) -> anyhow:
             },
         }
     }
-}
-
-async fn proxy_connection(
-    down: TcpStream,
-    upstream: &str,
-    one_way: Duration,
-) -> anyhow::Result<()> {
-    let up = TcpStream::connect(upstream)
-        .await
-        .with_context(|| format!("connect to {upstream}"))?;
-    // The delay is ours to add; Nagle would add more, and unevenly.
-    down.set_nodelay(true)?;
-    up.set_nodelay(true)?;
-    let (down_r, down_w) = down.into_split();
-    let (up_r, up_w) = up.into_split();
-    let mut to_up = tokio::spawn(delay_line(down_r, up_w, one_way));
-    let mut to_down = tokio::spawn(delay_line(up_r, down_w, one_way));
-    // A clean end (EOF, forwarded as a delayed FIN) leaves the other direction running:
-    // that is a half-close. An error ends both, as a reset would.
-    let (first, other) = tokio::select! {
-        r = &mut to_up => (r, to_down),
-        r = &mut to_down => (r, to_up),
-    };
-    match first {
-        Ok(Ok(())) => other.await??,
-        Ok(Err(e)) => {
-            other.abort();
-            return Err(e.into());
-        }
-        Err(e) => {
-            other.abort();
-            return Err(e.into());
-        }
-    }
-    Ok(())
-}
-
-/// Bytes read at one time, delivered together after the delay; `None` is the sender's
-/// FIN, delayed like the bytes before it. The permit holds the bytes' share of the budget.
-#[derive(Debug)]
-struct Chunk {
-    due: tokio::time::Instant,
-    data: Option<Vec<u8>>,
-    _held: Option<tokio::sync::OwnedSemaphorePermit>,
-}
-
-/// Bytes held per direction. The reader stops only when the receiver has stopped taking
-/// them (as a real link's window would); 64 MiB in 25 ms is 2.5 GB/s, far above what
-/// etcd moves, so it never throttles a working link.
-const BUDGET_BYTES: usize = 64 << 20;
-
-/// Largest single read.
-const READ_BYTES: usize = 64 << 10;
-
-/// Tokio's timer rounds a deadline up to its next 1 ms tick and wakes a little after that:
-/// at 50 ms that made a gRPC round trip 4-5 ms too slow (a message spans several chunks,
-/// and the last one decides). Waking this much early leaves it within about 1 ms of the
-/// nominal delay, a chunk now and then leaving a fraction of a millisecond early.
-const TIMER_SLACK: Duration = Duration::from_millis(1);
-
-/// A delay line, not a rate limiter: the reader keeps reading while earlier chunks wait,
-/// each chunk is stamped when read and written at read time + `delay`, in order. So
-/// throughput is the link's, and only latency changes.
-async fn delay_line(
-    mut r: OwnedReadHalf,
-    mut w: OwnedWriteHalf,
-    delay: Duration,
-) -> io::Result<()> {
-    let budget = Arc::new(Semaphore::new(BUDGET_BYTES));
-    let (tx, mut rx) = mpsc::unbounded_channel::<Chunk>();
-    let writer = tokio::spawn(async move {
-        while let Some(c) = rx.recv().await {
-            tokio::time::sleep_until(c.due - TIMER_SLACK).await;
-            match c.data {
-                Some(d) => w.write_all(&d).await?,
-                None => return w.shutdown().await,
-            }
-        }
-        Ok::<_, io::Error>(())
-    });
-    let mut buf = vec![0u8; READ_BYTES];
-    let read = loop {
-        // Budget for a full read first, so a read is stamped the moment it returns.
-        let Ok(mut held) = budget.clone().acquire_many_owned(READ_BYTES as u32).await else {
-            break Ok(());
-        };
-        let n = match r.read(&mut buf).await {
-            Ok(n) => n,
-            Err(e) => break Err(e),
-        };
-        let due = tokio::time::Instant::now() + delay;
-        let data = (n > 0).then(|| buf[..n].to_vec());
-        // Keep the bytes read until written; hand back the rest of the full read's share.
-        let kept = held.split(n);
-        drop(held);
-        let chunk = Chunk {
-            due,
-            data,
-            _held: kept,
-        };
-        // A send fails only when the writer has ended on an error, returned below.
-        if tx.send(chunk).is_err() || n == 0 {
-            break Ok(());
-        }
-    };
-    drop(tx);
-    let written = writer.await.map_err(io::Error::other)?;
-    read.and(written)
 }
