@@ -25,6 +25,7 @@
 #   N=200000 WAN=0 bash scripts/bench.sh       # quicker, local only
 #   N=20000 N_WAN=20000 LAT_SECONDS=3 LAG_SECONDS=5 MM_SECONDS=3 TAIL_RATE=5000 bash scripts/bench.sh
 #   PIN=1 N=300000 WAN=0 bash scripts/bench.sh # source and target sides on their own CPUs
+#   TARGET_DATA_DIR=/dev/shm PIN=1 N=300000 WAN=0 bash scripts/bench.sh  # ... and disks
 #   SYNC_EXTRA='pageKeyLimit: 10000, pageBytes: 4194304' bash scripts/bench.sh   # more sync settings
 #
 # The mirror reads bounded pages (etcd walks the whole requested range of a limited Range),
@@ -69,6 +70,11 @@ OUT="${OUT:-${CARGO_TARGET_DIR:-$ROOT/target}/bench.json}"
 PIN="${PIN:-0}"
 SOURCE_CPUS="${SOURCE_CPUS:-0}"
 TARGET_CPUS="${TARGET_CPUS:-$(( $(nproc) > 1 ? 1 : 0 ))-$(( $(nproc) - 1 ))}"
+# Where the target etcds keep their data (default: with the source's, in the bench's work
+# directory). On one machine the source and the target otherwise share a disk, and the
+# target's fsyncs during a genesis queue with the source's own: TARGET_DATA_DIR=/dev/shm
+# keeps them apart, as different machines would (the target's data is then in memory).
+TARGET_DATA_DIR="${TARGET_DATA_DIR:-}"
 # Command prefixes; both exec the command, so `$!` of a background one is its pid.
 SRC_SIDE=(env)
 TGT_SIDE=(env)
@@ -91,11 +97,15 @@ MIRROR="$BIN_DIR/tidemark-mirror"
 BENCH="$BIN_DIR/tidemark-bench"
 
 WORK="$(mktemp -d -t tidemark-bench.XXXXXX)"
+TGT_DATA="$WORK"
+if [ -n "$TARGET_DATA_DIR" ]; then
+  TGT_DATA="$(mktemp -d "$TARGET_DATA_DIR/tidemark-bench-target.XXXXXX")"
+fi
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$TGT_DATA"
 }
 trap cleanup EXIT INT TERM
 
@@ -122,9 +132,9 @@ start_etcd() { # NAME VAR [EXTRA_FLAG...]
   local name="$1" var="$2" cport pport url
   shift 2
   cport="$(free_port)"; pport="$(free_port)"
-  local side=("${TGT_SIDE[@]}")
-  [ "$name" = source ] && side=("${SRC_SIDE[@]}")
-  "${side[@]}" "$ETCD" --name "$name" --data-dir "$WORK/$name" \
+  local side=("${TGT_SIDE[@]}") data="$TGT_DATA/$name"
+  [ "$name" = source ] && side=("${SRC_SIDE[@]}") && data="$WORK/$name"
+  "${side[@]}" "$ETCD" --name "$name" --data-dir "$data" \
     --listen-client-urls "http://127.0.0.1:$cport" --advertise-client-urls "http://127.0.0.1:$cport" \
     --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
     --initial-cluster "$name=http://127.0.0.1:$pport" --logger zap --log-level error \
@@ -146,7 +156,7 @@ start_etcd() { # NAME VAR [EXTRA_FLAG...]
 stop_etcd() { # NAME: kill it and free its disk
   local pid="${ETCD_PID[$1]}"
   kill -9 "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
-  rm -rf "${WORK:?}/$1"
+  rm -rf "${WORK:?}/$1" "${TGT_DATA:?}/$1"
 }
 
 # start_proxy UPSTREAM_URL: a delay line of RTT_MS in front of it; sets PROXY (URL), PROXY_PID.
@@ -414,6 +424,7 @@ EOF
 
 cat >"$OUT" <<EOF
 {
+  "targetDataDir": $([ -n "$TARGET_DATA_DIR" ] && printf '"%s"' "$TARGET_DATA_DIR" || printf null),
   "pinned": $([ "$PIN" = 1 ] && printf '{"sourceCpus": "%s", "targetCpus": "%s"}' "$SOURCE_CPUS" "$TARGET_CPUS" || printf null),
   "n": $N, "valueBytes": $VALUE_BYTES, "opsPerTxn": $OPS, "depth": $DEPTH, "etcd": "$("$ETCD" --version | head -1 | awk '{print $3}')",
   "rawIngestKeysPerSecond": $(f0 "$RAW_RATE"),
@@ -456,6 +467,7 @@ EOF
 row() { printf '%-50s %16s %s\n' "$1" "$2" "${3:-}"; }
 # Keys a tail wrote that never reached the target in time: their lag is a lower bound.
 missing_row() { [ "${2:-0}" = 0 ] || row "$1   keys not on the target in time" "$2" "0 (lag above: lower bound)"; }
+if [ -n "$TARGET_DATA_DIR" ]; then printf '\ntarget etcd data in %s (not on the source'"'"'s disk)\n' "$TARGET_DATA_DIR"; fi
 if [ "$PIN" = 1 ]; then printf '\npinned: source side on CPUs %s, target side (agent included) on CPUs %s\n' "$SOURCE_CPUS" "$TARGET_CPUS"; fi
 printf '\n%-50s %16s %s\n' "measure" "value" "target"
 row "--------------------------------------------------" "----------------" "------"
