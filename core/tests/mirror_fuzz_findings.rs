@@ -9,6 +9,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
+use tidemark_core::classify::Failure;
 use tidemark_core::config::InitialSyncMode;
 use tidemark_core::etcd::{Cluster, Command, KeyValue, RangeReply, Reply, SortBy, WatchEvent};
 use tidemark_core::mirror::checkpoint::Scan;
@@ -443,4 +444,105 @@ fn until_sweep_read(h: &mut Harness, mut rev: i64) -> (CommandId, Command, i64) 
             return (id, cmd, rev);
         }
     }
+}
+
+/// Simulator seed 811000139 (late applies, target timeouts): the Txn that started a
+/// pruning genesis timed out, the fence read said it had not applied, its re-send timed
+/// out too, and the first one had applied after all. The agent adopted that record, whose
+/// prune floor was still unset (a floor is set when the record lands), so the next record
+/// set the floor at its own, later revision: above the pages written in between, which
+/// the prune then deleted. The adopted record's revision is the floor.
+#[test]
+fn a_late_genesis_start_that_is_adopted_sets_the_prune_floor_at_its_revision() {
+    let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 48);
+    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, claim) = one(h.drain());
+    h.done(id, Ok(txn_ok(10)));
+    let (id, _) = one(h.drain());
+    h.done(id, Ok(count_reply(100, 1)));
+    // The genesis start times out; the fence still holds the claim.
+    let (id, start) = one(h.drain());
+    assert!(fence_of(&start).scan.is_some());
+    h.done(
+        id,
+        Err(Failure::Unknown {
+            message: "context deadline exceeded".into(),
+        }),
+    );
+    let (id, cmd) = one(h.drain());
+    assert!(matches!(cmd, Command::Range(_)), "a fence read: {cmd:?}");
+    h.done(
+        id,
+        Ok(range(
+            10,
+            vec![kv(FENCE, &fence_of(&claim).encode(), 10)],
+            false,
+        )),
+    );
+    // Sent again after the back-off; meanwhile the first one applies, at revision 12.
+    let mut again = h.drain();
+    while again.is_empty() {
+        h.advance(Duration::from_millis(100));
+        again = h.drain();
+    }
+    let (id, _) = one(again);
+    h.done(
+        id,
+        Err(Failure::Unknown {
+            message: "context deadline exceeded".into(),
+        }),
+    );
+    let (id, _) = one(h.drain());
+    h.done(
+        id,
+        Ok(range(
+            12,
+            vec![kv(FENCE, &fence_of(&start).encode(), 12)],
+            false,
+        )),
+    );
+    assert_eq!(h.m.status().own_late_writes_adopted, 1);
+    // Every record written on top of it carries the floor 12: the pages it starts have
+    // higher revisions, and keys below it were not seen.
+    let mut rev = 12;
+    let mut records = 0;
+    for _ in 0..200 {
+        let cmds = h.drain();
+        if cmds.is_empty() {
+            h.advance(Duration::from_millis(100));
+            continue;
+        }
+        for (id, cmd) in cmds {
+            match &cmd {
+                Command::Txn(t) => {
+                    if t.success.iter().any(|op| op.key() == FENCE) {
+                        let rec = fence_of(&cmd);
+                        if rec.prune_pending {
+                            records += 1;
+                            assert_eq!(rec.prune_floor, 12, "{rec:?}");
+                        }
+                    }
+                    rev += 1;
+                    h.done(id, Ok(txn_ok(rev)));
+                }
+                Command::Watch(_) => h.done(id, Ok(Reply::WatchStarted)),
+                Command::Range(r) if r.cluster == Cluster::Source => {
+                    let kvs = if r.key == b"/app/".to_vec() && !r.count_only {
+                        vec![kv(b"/app/a", b"1", 50)]
+                    } else {
+                        vec![]
+                    };
+                    h.done(id, Ok(range(100, kvs, false)))
+                }
+                Command::Range(_) => h.done(id, Ok(range(rev, vec![], false))),
+                _ => h.done(id, Ok(Reply::Ok)),
+            }
+        }
+        if records >= 1 {
+            break;
+        }
+    }
+    assert!(records >= 1, "no record with a prune pending was written");
 }

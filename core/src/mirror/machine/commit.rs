@@ -297,11 +297,7 @@ impl Mirror {
         self.status.applied_bytes +=
             c.work.ops().iter().map(TxnOp::wire_size).sum::<usize>() as u64;
         let mut rec = c.record;
-        if rec.prune_pending && rec.prune_floor == 0 {
-            // The first write of a pruning genesis: everything written from now on has a
-            // higher mod revision, so anything below this was not seen.
-            rec.prune_floor = rev;
-        }
+        set_prune_floor(&mut rec, rev);
         self.status.last_applied_revision = rec.watermark;
         self.history.committed(rec.watermark);
         self.fence.record = Some(rec);
@@ -563,7 +559,12 @@ impl Mirror {
     }
 
     /// See [`Self::judge_fence`]: one of our writes landed after we had written it off.
-    fn adopt_own_late_write(&mut self, now: Instant, fence_rev: i64, rec: Checkpoint) {
+    fn adopt_own_late_write(&mut self, now: Instant, fence_rev: i64, mut rec: Checkpoint) {
+        // A late write can be the one that started a pruning genesis (sent, written off
+        // by a fence read, re-sent, and then applied after all): its revision is the floor,
+        // as if it had landed in time. Left unset, the next record would set a floor above
+        // the pages written meanwhile, and the prune would delete them.
+        set_prune_floor(&mut rec, fence_rev);
         self.fence.rev = fence_rev;
         self.fence.rev_exact = true;
         self.status.own_late_writes_adopted += 1;
@@ -705,5 +706,15 @@ impl Mirror {
             attempt: 0,
             until: at,
         });
+    }
+}
+
+/// The first record of a pruning genesis to land, at target revision `rev`, sets the prune
+/// floor: everything the genesis writes from then on has a higher mod revision, so a key
+/// below the floor was not seen (`0` means a later Txn proved it landed, revision unknown;
+/// such a record follows one already landed, so the floor is set by then).
+fn set_prune_floor(rec: &mut Checkpoint, rev: i64) {
+    if rec.prune_pending && rec.prune_floor == 0 {
+        rec.prune_floor = rev;
     }
 }
