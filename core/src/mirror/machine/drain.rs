@@ -58,6 +58,25 @@ impl DrainState {
 }
 
 impl Mirror {
+    /// The pending retries were dropped (see `resume_from_record`): a drain target read
+    /// waiting out its backoff was among them. Unless one is in flight, the drain reads
+    /// its target again from the first window, or it would wait for that read forever.
+    pub(super) fn drain_retries_dropped(&mut self) {
+        let in_flight = self
+            .cmds
+            .inflight
+            .values()
+            .any(|j| matches!(j, Job::DrainTarget));
+        if let Some(d) = self
+            .drain
+            .state
+            .as_mut()
+            .filter(|d| d.reading && !in_flight)
+        {
+            d.forget_target();
+        }
+    }
+
     /// Starts background work the steady state allows: drain steps, then periodic passes.
     pub(super) fn maybe_start_background(&mut self, now: Instant) {
         if !self.quiescent() {

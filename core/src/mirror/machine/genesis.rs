@@ -35,6 +35,7 @@ impl Mirror {
         {
             self.history.proving = false;
         }
+        self.drain_retries_dropped();
         let Some(rec) = self.fence.record.clone() else {
             // Never claimed (a failed claim): start over from reading the fence.
             self.history.resume(None);
