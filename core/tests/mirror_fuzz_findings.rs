@@ -24,6 +24,23 @@ fn count_reply(rev: i64, count: i64) -> Reply {
     })
 }
 
+/// A cold start of an `OverwriteAndPrune` mirror on an empty target (source at revision
+/// 100 with `live` keys) through its R0 read: the probes, the empty fence read, the claim
+/// (target revision 10) and R0. Returns the claim, whose record a later fence read may
+/// have to show.
+fn claim_pruning(h: &mut Harness, live: i64) -> Command {
+    answer_probes(h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
+    let (id, _) = one(h.drain()); // the fence read
+    h.done(id, Ok(range(5, vec![], false)));
+    let (id, claim) = one(h.drain());
+    assert!(fence_of(&claim).prune_pending, "{claim:?}");
+    h.done(id, Ok(txn_ok(10)));
+    let (id, cmd) = one(h.drain());
+    assert!(is_r0(&cmd), "{cmd:?}");
+    h.done(id, Ok(count_reply(100, live)));
+    claim
+}
+
 fn txns(cmds: &[(CommandId, Command)]) -> Vec<(CommandId, Command)> {
     cmds.iter()
         .filter(|(_, c)| matches!(c, Command::Txn(_)))
@@ -300,14 +317,7 @@ fn events_at_or_below_a_reported_progress_revision_are_refused() {
 #[test]
 fn prune_sweep_ignores_keys_outside_the_window_it_asked_for() {
     let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 45);
-    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(range(5, vec![], false)));
-    let (id, cmd) = one(h.drain());
-    assert!(fence_of(&cmd).prune_pending);
-    h.done(id, Ok(txn_ok(10)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(count_reply(100, 1)));
+    claim_pruning(&mut h, 1);
     let (id, _) = one(h.drain());
     h.done(id, Ok(txn_ok(11)));
     let cmds = h.drain();
@@ -348,13 +358,7 @@ fn prune_sweep_ignores_keys_outside_the_window_it_asked_for() {
 #[test]
 fn a_failed_sweep_read_is_retried_once_not_duplicated() {
     let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 47);
-    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(range(5, vec![], false)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(txn_ok(10)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(count_reply(100, 0)));
+    claim_pruning(&mut h, 0);
     let (id, _) = one(h.drain());
     h.done(id, Ok(txn_ok(11)));
     let cmds = h.drain();
@@ -455,13 +459,7 @@ fn until_sweep_read(h: &mut Harness, mut rev: i64) -> (CommandId, Command, i64) 
 #[test]
 fn a_late_genesis_start_that_is_adopted_sets_the_prune_floor_at_its_revision() {
     let mut h = Harness::new(config(InitialSyncMode::OverwriteAndPrune), 48);
-    answer_probes(&mut h, ("3.5.13", 1, 100), ("3.5.13", 2, 5));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(range(5, vec![], false)));
-    let (id, claim) = one(h.drain());
-    h.done(id, Ok(txn_ok(10)));
-    let (id, _) = one(h.drain());
-    h.done(id, Ok(count_reply(100, 1)));
+    let claim = claim_pruning(&mut h, 1);
     // The genesis start times out; the fence still holds the claim.
     let (id, start) = one(h.drain());
     assert!(fence_of(&start).scan.is_some());

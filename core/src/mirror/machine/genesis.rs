@@ -254,9 +254,13 @@ impl Mirror {
         let queued: u64 = self
             .work
             .iter()
-            .filter(|w| matches!(w, Work::Scan { .. }))
-            .flat_map(|w| w.ops())
-            .map(|o| o.wire_size() as u64)
+            .map(|w| match w {
+                Work::Scan { bytes, ops, .. } => {
+                    debug_assert_eq!(*bytes, scan_bytes(ops), "a scan chunk's cached size");
+                    *bytes
+                }
+                _ => 0,
+            })
             .sum();
         let cap = self.cfg.sync.page_bytes.saturating_mul(READ_AHEAD_PAGES);
         let Some(g) = &mut self.gen else { return };
@@ -288,6 +292,7 @@ impl Mirror {
                     cursor_after: cursor,
                     scanned: true,
                     leased: 0,
+                    bytes: 0,
                 });
             }
         }
@@ -372,6 +377,7 @@ impl Mirror {
                 cursor_after,
                 scanned,
                 leased: 0,
+                bytes: 0,
             });
             return self.maybe_read_page(now);
         }
@@ -391,6 +397,7 @@ impl Mirror {
             };
             self.work.push_back(Work::Scan {
                 seq,
+                bytes: scan_bytes(&chunk),
                 ops: chunk,
                 cursor_after: c,
                 scanned: s,

@@ -180,6 +180,8 @@ enum Work {
         cursor_after: Vec<u8>,
         scanned: bool,
         leased: u64,
+        /// The wire size of `ops`, so the read-ahead check adds up chunks, not keys.
+        bytes: u64,
     },
     /// A batch of watch events.
     Tail(Batch),
@@ -221,6 +223,11 @@ enum FenceWhy {
     },
     /// Flip the role to Primary: the cut-over.
     Cutover,
+}
+
+/// The wire size of a scan chunk's ops (`Work::Scan::bytes`).
+fn scan_bytes(ops: &[TxnOp]) -> u64 {
+    ops.iter().map(|o| o.wire_size() as u64).sum()
 }
 
 impl Work {

@@ -474,6 +474,7 @@ pub(super) fn split_scan(keys: &KeySpace, work: Work) -> Option<(Work, Work)> {
         cursor_after,
         scanned,
         leased,
+        bytes,
     } = work
     else {
         return None;
@@ -482,6 +483,7 @@ pub(super) fn split_scan(keys: &KeySpace, work: Work) -> Option<(Work, Work)> {
         return None;
     }
     let second = ops.split_off(ops.len() / 2);
+    let second_bytes = scan_bytes(&second);
     let mid_cursor = ops
         .last()
         .and_then(|o| keys.unrewrite(o.key()))
@@ -494,6 +496,7 @@ pub(super) fn split_scan(keys: &KeySpace, work: Work) -> Option<(Work, Work)> {
             cursor_after: mid_cursor,
             scanned: false,
             leased,
+            bytes: bytes.saturating_sub(second_bytes),
         },
         Work::Scan {
             seq,
@@ -501,6 +504,7 @@ pub(super) fn split_scan(keys: &KeySpace, work: Work) -> Option<(Work, Work)> {
             cursor_after,
             scanned,
             leased: 0,
+            bytes: second_bytes,
         },
     ))
 }

@@ -88,7 +88,8 @@ impl Pipeline {
     /// is paid on every send. So each burst (the caller counts an early Txn whose
     /// predecessor was not early) adds `rtt / GAP_BALANCE`, and each applied Txn takes
     /// `gap / GAP_BALANCE` off: the gap settles where `p * rtt = gap`, for `p` bursts per
-    /// applied Txn: a cost within twice the best spacing's, for any `p` that falls as the gap grows.
+    /// applied Txn. That costs at most twice the best spacing, for any `p` that falls as
+    /// the gap grows.
     /// The gap never exceeds the round trip (past it, one Txn at a time is the same) or
     /// MAX_GAP. The depth stays: across a long round trip it is what carries the rate.
     pub(super) fn on_reorder(&mut self, rtt: Duration) {
