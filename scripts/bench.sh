@@ -282,13 +282,19 @@ start_etcd target TGT
 say "seeding the source with $N keys ($VALUE_BYTES B values)"
 "${SRC_SIDE[@]}" "$BENCH" load --endpoint "$SRC" --prefix /bench/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 4 >"$WORK/seed.json"
 
-# /raw*/ are left in place: they are outside the mirrored range (deleting 1M keys is slow).
+# Each ceiling is measured into a fresh, empty target etcd, as the genesis below is: etcd's
+# writes slow as its database grows, so a genesis into a target that already held the raw
+# runs' keys would be compared with ceilings measured on a smaller one.
 say "(a) raw target ingest ceiling: $N keys, $OPS puts per Txn, one Txn in flight"
-"${TGT_SIDE[@]}" "$BENCH" load --endpoint "$TGT" --prefix /raw1/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 1 >"$WORK/raw.json"
+start_etcd target-raw1 TGTR
+"${TGT_SIDE[@]}" "$BENCH" load --endpoint "$TGTR" --prefix /raw1/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency 1 >"$WORK/raw.json"
+stop_etcd target-raw1
 RAW_RATE="$(json "$WORK/raw.json" keysPerSecond)"
 
 say "(a) raw target ingest ceiling: $N keys, $OPS puts per Txn, $DEPTH Txns in flight"
-"${TGT_SIDE[@]}" "$BENCH" load --endpoint "$TGT" --prefix /rawd/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency "$DEPTH" >"$WORK/raw-depth.json"
+start_etcd target-rawd TGTR
+"${TGT_SIDE[@]}" "$BENCH" load --endpoint "$TGTR" --prefix /rawd/k --count "$N" --value-bytes "$VALUE_BYTES" --ops-per-txn "$OPS" --concurrency "$DEPTH" >"$WORK/raw-depth.json"
+stop_etcd target-rawd
 RAW_DEPTH_RATE="$(json "$WORK/raw-depth.json" keysPerSecond)"
 
 say "(b) tidemark genesis of $N keys"

@@ -12,7 +12,7 @@ use support::*;
 use tidemark_core::classify::Failure;
 use tidemark_core::config::InitialSyncMode;
 use tidemark_core::etcd::{Command, Reply, TxnReply, WatchEvent};
-use tidemark_core::mirror::{Checkpoint, CommandId, FailKind, StopReason};
+use tidemark_core::mirror::{Checkpoint, CommandId, ConditionType, FailKind, StopReason};
 
 /// A mirror past its initial sync that may keep `depth` Txns in flight, and its watch.
 fn tailing(depth: u32, seed: u64) -> (Harness, u64) {
@@ -477,4 +477,52 @@ fn a_small_txn_waits_for_the_one_in_flight_and_what_waited_goes_as_one() {
         "one Txn for what waited"
     );
     assert_eq!(fence_of(&cmd).watermark, 103);
+}
+
+/// A tail that lags behind a distant target says which setting lifts it: each Txn holds
+/// whole revisions and at most `sync.maxTxnOps` ops, so across a long round trip the Txn
+/// count is the limit. Behind a near target the same lag names nothing to change.
+#[test]
+fn a_tail_lagging_behind_a_distant_target_names_the_setting_that_lifts_it() {
+    let lag_message = |rtt: Duration, seed: u64| {
+        let mut cfg = config(InitialSyncMode::RequireEmpty);
+        cfg.sync.max_txns_in_flight = 1;
+        cfg.sync.max_txn_ops = 3;
+        cfg.sync.max_lag = Duration::from_secs(1);
+        let mut h = Harness::new(cfg, seed);
+        let w = cold_start(&mut h, "3.5.13");
+        let mut rev = 100;
+        let mut sent = fill(&mut h, w, &mut rev);
+        // Two seconds of one Txn per round trip, with a revision waiting behind each.
+        let mut spent = Duration::ZERO;
+        while spent < Duration::from_secs(2) {
+            fill(&mut h, w, &mut rev);
+            h.advance(rtt);
+            spent += rtt;
+            for (id, _) in std::mem::take(&mut sent) {
+                h.done(id, Ok(txn_ok(30)));
+            }
+            sent = h.drain();
+            if rtt < Duration::from_millis(20) && spent > Duration::from_millis(500) {
+                // Near the target, the lag comes from one Txn that hangs.
+                h.advance(Duration::from_secs(2));
+                h.drain();
+                break;
+            }
+        }
+        let status = h.m.status();
+        assert!(
+            status.condition(ConditionType::ReplicationLagExceeded),
+            "{rtt:?}: lag {} s",
+            status.lag_seconds
+        );
+        status.conditions[&ConditionType::ReplicationLagExceeded]
+            .message
+            .clone()
+    };
+    let far = lag_message(Duration::from_millis(50), 71);
+    assert!(far.contains("--max-txn-ops"), "{far}");
+    assert!(far.contains("sync.maxTxnOps (3)"), "{far}");
+    let near = lag_message(Duration::from_millis(2), 72);
+    assert!(near.is_empty(), "{near}");
 }

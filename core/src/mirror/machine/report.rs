@@ -2,6 +2,11 @@
 
 use super::*;
 
+/// A commit round trip from which a lagging tail is most likely held back by how many Txns
+/// cross it, not by the target's speed: about a region away, and ten times what a target
+/// next to the mirror takes for a full Txn.
+const DISTANT_TARGET_RTT: Duration = Duration::from_millis(20);
+
 impl Mirror {
     pub(super) fn observe_source_rev(&mut self, now: Instant, rev: i64) {
         if rev > self.status.source_revision {
@@ -36,6 +41,7 @@ impl Mirror {
             .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64());
         if self.life.stage != Stage::Stopped {
             let lagging = self.status.lag_seconds > self.cfg.sync.max_lag.as_secs_f64();
+            let message = if lagging { self.lag_hint() } else { None };
             self.status.set_condition(
                 now,
                 C::ReplicationLagExceeded,
@@ -45,7 +51,7 @@ impl Mirror {
                 } else {
                     "WithinBound"
                 },
-                "",
+                message.unwrap_or_default(),
             );
             if self.life.stage == Stage::Tail && !self.life.paused {
                 self.status.phase = if self.status.backoff.is_some() {
@@ -61,5 +67,27 @@ impl Mirror {
             }
             self.watch_drain(now);
         }
+    }
+
+    /// What to change when a tail lags behind a distant target with nothing else wrong.
+    /// Each target Txn holds whole source revisions and at most `sync.maxTxnOps` ops, so a
+    /// source that writes large revisions needs a Txn for each; across a long round trip
+    /// the Txns in flight then cap the rate, and only a target that takes more ops per Txn
+    /// lifts it (docs/design.md, "Pipelined commits"). The text names no figure that moves,
+    /// so the condition is not rewritten on every refresh.
+    fn lag_hint(&self) -> Option<String> {
+        let distant = self
+            .pipeline
+            .commit_rtt
+            .is_some_and(|rtt| rtt >= DISTANT_TARGET_RTT);
+        let healthy = self.status.backoff.is_none() && !self.life.paused;
+        (self.life.stage == Stage::Tail && distant && healthy).then(|| {
+            format!(
+                "the target's commit round trip is over {} ms; each fenced Txn carries whole source revisions and at most sync.maxTxnOps ({}) ops, with at most sync.maxTxnsInFlight ({}) in flight, so a source that writes large revisions is held to the Txns that cross that round trip: raise the target's --max-txn-ops and sync.maxTxnOps together",
+                DISTANT_TARGET_RTT.as_millis(),
+                self.cfg.sync.max_txn_ops,
+                self.cfg.sync.max_txns_in_flight,
+            )
+        })
     }
 }
