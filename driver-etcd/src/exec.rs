@@ -7,7 +7,7 @@ use crate::connect::{ClusterConn, Conn, MAX_DECODING_BYTES};
 use crate::error::failure_from;
 use crate::probe;
 use crate::watch::WatchRegistry;
-use crate::wire::{etcd_key, kv_from};
+use crate::wire::{etcd_key, kv_from, kv_into};
 use etcd_client::{
     Compare as EcCompare, CompareOp, DeleteOptions, GetOptions, SortOrder, SortTarget,
     Txn as EcTxn, TxnOp as EcTxnOp, TxnOpResponse,
@@ -190,7 +190,7 @@ async fn range(c: Conn, req: RangeRequest) -> Result<RangeReply, Failure> {
         opts = opts.with_sort(SortTarget::Mod, SortOrder::Descend);
     }
     let key = etcd_key(&req.key, &req.range_end);
-    let resp = c
+    let mut resp = c
         .client
         .kv_client()
         .max_decoding_message_size(MAX_DECODING_BYTES)
@@ -199,7 +199,7 @@ async fn range(c: Conn, req: RangeRequest) -> Result<RangeReply, Failure> {
         .map_err(|e| failure_from(&e))?;
     Ok(RangeReply {
         header_revision: resp.header().map(|h| h.revision()).unwrap_or(0),
-        kvs: resp.kvs().iter().map(kv_from).collect(),
+        kvs: resp.take_kvs().into_iter().map(kv_into).collect(),
         more: resp.more(),
         count: resp.count(),
     })

@@ -23,3 +23,23 @@ pub fn kv_from(kv: &etcd_client::KeyValue) -> KeyValue {
         lease: kv.lease(),
     }
 }
+
+/// The core's key-value for an etcd-client one it owns: the key and value move instead of
+/// being copied (a genesis page carries megabytes of values).
+pub fn kv_into(kv: etcd_client::KeyValue) -> KeyValue {
+    let (create_revision, mod_revision, version, lease) = (
+        kv.create_revision(),
+        kv.mod_revision(),
+        kv.version(),
+        kv.lease(),
+    );
+    let (key, value) = kv.into_key_value();
+    KeyValue {
+        key,
+        value,
+        create_revision,
+        mod_revision,
+        version,
+        lease,
+    }
+}
