@@ -12,16 +12,9 @@ pub(crate) fn etcd_key(key: &[u8], range_end: &[u8]) -> Vec<u8> {
     }
 }
 
-/// The core's key-value for an etcd-client one.
+/// The core's key-value for an etcd-client one that stays borrowed (a copy).
 pub fn kv_from(kv: &etcd_client::KeyValue) -> KeyValue {
-    KeyValue {
-        key: kv.key().to_vec(),
-        value: kv.value().to_vec(),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
-        version: kv.version(),
-        lease: kv.lease(),
-    }
+    kv_into(kv.clone())
 }
 
 /// The core's key-value for an etcd-client one it owns: the key and value move instead of
